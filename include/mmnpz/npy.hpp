@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mmnpz/dtype.hpp"
+
+namespace mmnpz {
+
+/// A decoded .npy header.
+struct npy_header {
+  int major_version = 1;
+  int minor_version = 0;
+  dtype type;
+  std::vector<std::uint64_t> shape;  ///< empty for a 0-d array
+  bool fortran_order = false;
+  std::uint64_t data_offset = 0;     ///< bytes from the start of the .npy to the data
+  std::uint64_t size = 1;            ///< number of elements (product of shape)
+  std::uint64_t nbytes = 0;          ///< size * itemsize, overflow-checked
+};
+
+/// Caps on untrusted .npy headers.
+constexpr std::uint64_t max_npy_header_len = std::uint64_t{1} << 24;
+constexpr std::size_t max_npy_ndim = 64;
+constexpr std::size_t max_dtype_depth = 32;
+
+/// The six magic bytes every .npy starts with.
+constexpr char npy_magic[] = "\x93NUMPY";
+constexpr std::size_t npy_magic_len = 6;
+
+/// Decodes the header of the .npy at [data, data + size): versions 1.0, 2.0 and 3.0, keys in
+/// any order, every numpy dtype including nested structured ones. Checks that the data fits
+/// in `size`. Throws mmnpz::error (errc::corrupt_npy) naming `path`, `member` and the absolute
+/// offset (`file_offset` is where `data` lies in the file).
+npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path = {},
+                           const std::string& member = {}, std::uint64_t file_offset = 0);
+
+/// A complete .npy header (magic, version, length, dict, padding, '\n') for the array, whose
+/// length is a multiple of 64, as numpy writes it: version 1.0, or 2.0 when the header is over
+/// 65,535 bytes, or 3.0 when a field name is not latin-1.
+std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,
+                            bool fortran_order);
+
+/// Byte strides of an array (C order, or Fortran order).
+std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
+                                       std::uint64_t itemsize, bool fortran_order);
+
+}  // namespace mmnpz

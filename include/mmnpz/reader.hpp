@@ -1,0 +1,114 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mmnpz/array_view.hpp"
+#include "mmnpz/error.hpp"
+
+namespace mmnpz {
+
+namespace detail {
+class archive;
+}
+
+/// One entry of the ZIP central directory, as the directory states it. The directory is the
+/// only source of sizes and CRC that mmnpz trusts.
+struct member_info {
+  std::string_view name;  ///< full name, UTF-8 (cp437 names are converted)
+  std::uint16_t method = 0;  ///< 0 stored, 8 deflated
+  std::uint16_t flags = 0;   ///< general purpose bit flags
+  std::uint32_t crc32 = 0;
+  std::uint64_t compressed_size = 0;
+  std::uint64_t uncompressed_size = 0;
+  std::uint64_t local_header_offset = 0;  ///< absolute offset in the file
+  bool is_deflated() const noexcept { return method == 8; }
+};
+
+/// What verify() found: one error (errc::checksum, or the error that stopped decoding) per
+/// bad member.
+struct verify_result {
+  std::size_t members_checked = 0;
+  std::uint64_t bytes_checked = 0;
+  std::vector<error> failures;
+  bool ok() const noexcept { return failures.empty(); }
+};
+
+/// A read-only memory-mapped .npz (ZIP) archive.
+///
+/// Opening maps the file once and parses the end record and the central directory only; it
+/// never reads local headers or member data, so its cost grows with the directory alone. Each
+/// member's local header and .npy header are decoded on first access, exactly once even
+/// when many threads ask at the same moment, and cached. Every method is const and safe to
+/// call from many threads at once. Copies share the same archive. Views keep the mapping
+/// alive after every reader is gone.
+///
+/// Member keys follow numpy: a key is first looked up as the full name ("x.npy", "readme.txt"),
+/// then with ".npy" appended ("x"). When names repeat, the last one wins, as in numpy.
+///
+/// Every malformed input raises mmnpz::error naming the path, the member and the byte offset.
+class reader {
+ public:
+  /// Maps and opens `path`. Throws errc::io when the file cannot be opened or mapped, and
+  /// errc::corrupt_zip / errc::unsupported when its ZIP structure is bad.
+  explicit reader(const std::string& path);
+
+  /// Opens an archive held in memory (copied once). `display_name` appears in errors.
+  static reader from_bytes(const void* data, std::size_t size,
+                           std::string display_name = "<memory>");
+
+  const std::string& path() const;
+  /// Number of central-directory entries (duplicates counted).
+  std::size_t size() const;
+  /// Names in central-directory order with a trailing ".npy" removed, like numpy's `files`.
+  std::vector<std::string> names() const;
+  /// The directory entry at `index` (0 <= index < size(), else errc::not_found).
+  const member_info& member(std::size_t index) const;
+
+  /// The index a key resolves to, or nothing. O(1).
+  std::optional<std::size_t> find(std::string_view key) const;
+  bool contains(std::string_view key) const { return find(key).has_value(); }
+  /// Like find(), but throws errc::not_found.
+  std::size_t index_of(std::string_view key) const;
+
+  /// The member's array. Throws errc::not_an_array for members that do not start with the
+  /// .npy magic, errc::object_array for pickled object arrays, and the decoding errors.
+  array_view array(std::string_view key) const { return array(index_of(key)); }
+  array_view array(std::size_t index) const;
+  array_view operator[](std::string_view key) const { return array(key); }
+
+  /// True when the member's contents start with the .npy magic (decodes the member).
+  bool is_array(std::size_t index) const;
+
+  /// The member's contents (the whole .npy file for arrays, header included).
+  bytes_view bytes(std::string_view key) const { return bytes(index_of(key)); }
+  bytes_view bytes(std::size_t index) const;
+
+  /// Checks the CRC-32 of every member's contents against the directory; never throws for a
+  /// bad member (see verify_result), only for OS errors.
+  verify_result verify() const;
+  /// Checks one member; throws errc::checksum (or the decoding error) when it is bad.
+  void verify(std::string_view key) const;
+
+  std::uint64_t file_size() const;
+  /// Bytes before the archive proper (a self-extracting stub, a concatenated prefix).
+  std::uint64_t leading_bytes() const;
+  /// The archive comment after the end record.
+  std::string_view comment() const;
+  /// True when the archive has a zip64 end record.
+  bool is_zip64() const;
+
+ private:
+  explicit reader(std::shared_ptr<const detail::archive> a) : a_(std::move(a)) {}
+  std::shared_ptr<const detail::archive> a_;
+};
+
+/// Opens `path` (same as reader(path)).
+inline reader load(const std::string& path) { return reader(path); }
+
+}  // namespace mmnpz

@@ -1,0 +1,405 @@
+#include "mmnpz/npy.hpp"
+
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include "detail/byte_reader.hpp"
+#include "detail/py_literal.hpp"
+#include "detail/utf8.hpp"
+
+namespace mmnpz {
+namespace {
+
+using detail::append_utf8;
+using detail::byte_reader;
+
+// A parsed Python literal: the subset numpy writes in headers.
+struct py_value {
+  enum kind_t { str, integer, boolean, none, tuple, list, dict } kind = none;
+  std::string text;        // str
+  std::uint64_t num = 0;   // integer (magnitude)
+  bool negative = false;   // integer sign
+  bool flag = false;       // boolean
+  std::vector<py_value> items;  // tuple, list; dict as key, value, key, value...
+  std::size_t pos = 0;     // where it starts in the header text
+};
+
+// Recursive-descent parser over the header text; every index is checked against size.
+class literal_parser {
+ public:
+  literal_parser(std::string_view text, const detail::context& ctx, std::uint64_t text_offset)
+      : s_(text), ctx_(ctx), base_(text_offset) {}
+
+  py_value parse_document() {
+    py_value v = value(0);
+    skip_space();
+    if (i_ != s_.size()) fail("unexpected text after the header dictionary");
+    return v;
+  }
+
+  [[noreturn]] void fail(const std::string& why) const { fail_at(i_, why); }
+  [[noreturn]] void fail_at(std::size_t pos, const std::string& why) const {
+    ctx_.fail(errc::corrupt_npy, base_ + pos, "bad .npy header: " + why);
+  }
+
+ private:
+  void skip_space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) {
+      ++i_;
+    }
+  }
+  bool eat(char c) {
+    skip_space();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+
+  py_value value(std::size_t depth) {
+    if (depth > 2 * max_dtype_depth + 4) fail("nested too deeply");
+    skip_space();
+    if (i_ >= s_.size()) fail("unexpected end of header");
+    py_value v;
+    v.pos = i_;
+    const char c = s_[i_];
+    if (c == '\'' || c == '"' || ((c == 'u' || c == 'b') && i_ + 1 < s_.size() &&
+                                  (s_[i_ + 1] == '\'' || s_[i_ + 1] == '"'))) {
+      v.kind = py_value::str;
+      v.text = string_literal();
+    } else if (c == '(' || c == '[' || c == '{') {
+      const char close = c == '(' ? ')' : c == '[' ? ']' : '}';
+      v.kind = c == '(' ? py_value::tuple : c == '[' ? py_value::list : py_value::dict;
+      ++i_;
+      bool saw_comma = false;
+      while (!eat(close)) {
+        if (!v.items.empty() && !saw_comma) fail(std::string("expected ',' or '") + close + "'");
+        v.items.push_back(value(depth + 1));
+        if (v.kind == py_value::dict) {
+          if (!eat(':')) fail("expected ':' in dictionary");
+          v.items.push_back(value(depth + 1));
+        }
+        saw_comma = eat(',');
+      }
+      // (x) without a comma is just x in Python.
+      if (v.kind == py_value::tuple && v.items.size() == 1 && !saw_comma) {
+        py_value inner = std::move(v.items[0]);
+        return inner;
+      }
+    } else if (c == '-' || c == '+' || (c >= '0' && c <= '9')) {
+      v.kind = py_value::integer;
+      if (c == '-' || c == '+') {
+        v.negative = c == '-';
+        ++i_;
+      }
+      const std::size_t start = i_;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+        if (__builtin_mul_overflow(v.num, 10u, &v.num) ||
+            __builtin_add_overflow(v.num, static_cast<unsigned>(s_[i_] - '0'), &v.num)) {
+          fail_at(start, "integer too large");
+        }
+        ++i_;
+      }
+      if (i_ == start) fail("expected a digit");
+      if (i_ < s_.size() && (s_[i_] == 'L' || s_[i_] == 'l')) ++i_;  // Python 2 long
+    } else if (word("True")) {
+      v.kind = py_value::boolean;
+      v.flag = true;
+    } else if (word("False")) {
+      v.kind = py_value::boolean;
+    } else if (word("None")) {
+      v.kind = py_value::none;
+    } else {
+      fail(std::string("unexpected character '") + c + "'");
+    }
+    return v;
+  }
+
+  bool word(std::string_view w) {
+    if (s_.substr(i_, w.size()) != w) return false;
+    i_ += w.size();
+    return true;
+  }
+
+  std::string string_literal() {
+    if (s_[i_] == 'u' || s_[i_] == 'b') ++i_;
+    const char quote = s_[i_++];
+    std::string out;
+    while (true) {
+      if (i_ >= s_.size()) fail("unterminated string");
+      const char c = s_[i_++];
+      if (c == quote) return out;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) fail("unterminated string");
+      const char e = s_[i_++];
+      switch (e) {
+        case 'n': out += '\n'; break;
+        case 't': out += '\t'; break;
+        case 'r': out += '\r'; break;
+        case '0': out += '\0'; break;
+        case '\\': case '\'': case '"': out += e; break;
+        case 'x': append_utf8(out, hex_digits(2)); break;
+        case 'u': append_utf8(out, hex_digits(4)); break;
+        case 'U': append_utf8(out, hex_digits(8)); break;
+        default: fail(std::string("unsupported escape '\\") + e + "'");
+      }
+    }
+  }
+
+  std::uint32_t hex_digits(int n) {
+    std::uint32_t v = 0;
+    for (int k = 0; k < n; ++k) {
+      if (i_ >= s_.size()) fail("truncated escape");
+      const char c = s_[i_++];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0) fail("bad hex escape");
+      v = v * 16 + static_cast<std::uint32_t>(d);
+    }
+    if (v > 0x10FFFF) fail("escape out of Unicode range");
+    return v;
+  }
+
+  std::string_view s_;
+  const detail::context& ctx_;
+  std::uint64_t base_;
+  std::size_t i_ = 0;
+};
+
+// Turns the parsed literal into a dtype / shape, reporting problems at their position.
+class header_interpreter {
+ public:
+  explicit header_interpreter(const literal_parser& p) : p_(p) {}
+
+  std::vector<std::uint64_t> shape_of(const py_value& v, const char* what) {
+    std::vector<std::uint64_t> shape;
+    if (v.kind == py_value::integer) {
+      shape.push_back(dimension(v, what));
+      return shape;
+    }
+    if (v.kind != py_value::tuple && v.kind != py_value::list) {
+      p_.fail_at(v.pos, std::string(what) + " must be a tuple of integers");
+    }
+    if (v.items.size() > max_npy_ndim) {
+      p_.fail_at(v.pos, std::string(what) + " has more than " + std::to_string(max_npy_ndim) +
+                            " dimensions");
+    }
+    for (const auto& d : v.items) shape.push_back(dimension(d, what));
+    return shape;
+  }
+
+  dtype dtype_of(const py_value& v, std::size_t depth) {
+    if (depth > max_dtype_depth) p_.fail_at(v.pos, "dtype nested too deeply");
+    if (v.kind == py_value::str) {
+      try {
+        return dtype::parse(v.text);
+      } catch (const std::invalid_argument& e) {
+        p_.fail_at(v.pos, e.what());
+      }
+    }
+    if (v.kind != py_value::list) p_.fail_at(v.pos, "descr must be a string or a list");
+    if (v.items.empty()) p_.fail_at(v.pos, "a structured descr needs at least one field");
+    std::vector<field> fields;
+    std::set<std::string> seen;
+    for (const auto& item : v.items) {
+      if (item.kind != py_value::tuple || item.items.size() < 2 || item.items.size() > 3) {
+        p_.fail_at(item.pos, "a field must be a tuple (name, descr[, shape])");
+      }
+      field f;
+      const py_value& name = item.items[0];
+      if (name.kind == py_value::str) {
+        f.name = name.text;
+      } else if (name.kind == py_value::tuple && name.items.size() == 2 &&
+                 name.items[0].kind == py_value::str && name.items[1].kind == py_value::str) {
+        f.title = name.items[0].text;
+        f.name = name.items[1].text;
+      } else {
+        p_.fail_at(name.pos, "a field name must be a string or a (title, name) pair");
+      }
+      f.type = dtype_of(item.items[1], depth + 1);
+      if (item.items.size() == 3) f.shape = shape_of(item.items[2], "a field's shape");
+      if (!f.name.empty() && !seen.insert(f.name).second) {
+        p_.fail_at(name.pos, "duplicate field name '" + f.name + "'");
+      }
+      if (f.name.empty() && (f.type.kind() != 'V' || f.type.is_structured())) {
+        p_.fail_at(name.pos, "a field without a name must be '|Vn' padding");
+      }
+      fields.push_back(std::move(f));
+    }
+    try {
+      return dtype::structured(std::move(fields));
+    } catch (const std::invalid_argument& e) {
+      p_.fail_at(v.pos, e.what());
+    }
+  }
+
+ private:
+  std::uint64_t dimension(const py_value& d, const char* what) {
+    if (d.kind != py_value::integer || d.negative) {
+      p_.fail_at(d.pos, std::string(what) + " must hold non-negative integers");
+    }
+    return d.num;
+  }
+  const literal_parser& p_;
+};
+
+// latin-1 to UTF-8 (v1.0 and v2.0 headers are latin-1).
+std::string latin1_to_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) append_utf8(out, static_cast<unsigned char>(c));
+  return out;
+}
+
+// UTF-8 to latin-1, or false when a character is above U+00FF (or the text is not UTF-8).
+bool utf8_to_latin1(std::string_view s, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if ((c == 0xC2 || c == 0xC3) && i + 1 < s.size()) {
+      out += static_cast<char>(((c & 0x1F) << 6) | (static_cast<unsigned char>(s[++i]) & 0x3F));
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
+                                       std::uint64_t itemsize, bool fortran_order) {
+  std::vector<std::int64_t> strides(shape.size());
+  auto stride = static_cast<std::int64_t>(itemsize);
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    const std::size_t axis = fortran_order ? k : shape.size() - 1 - k;
+    strides[axis] = stride;
+    stride *= static_cast<std::int64_t>(shape[axis]);
+  }
+  return strides;
+}
+
+npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path,
+                           const std::string& member, std::uint64_t file_offset) {
+  const detail::context ctx{path, member};
+  byte_reader r(static_cast<const std::byte*>(data), size, file_offset, ctx, errc::corrupt_npy);
+  npy_header h;
+  const std::string_view magic = r.take_str(npy_magic_len, ".npy magic");
+  if (magic != std::string_view(npy_magic, npy_magic_len)) {
+    r.fail_at(file_offset, "not a .npy array: bad magic");
+  }
+  h.major_version = r.u8();
+  h.minor_version = r.u8();
+  std::uint64_t header_len = 0;
+  if (h.major_version == 1 && h.minor_version == 0) {
+    header_len = r.le16();
+  } else if ((h.major_version == 2 || h.major_version == 3) && h.minor_version == 0) {
+    header_len = r.le32();
+  } else {
+    r.fail_at(file_offset + 6, "unsupported .npy version " + std::to_string(h.major_version) +
+                                   "." + std::to_string(h.minor_version));
+  }
+  if (header_len > max_npy_header_len) {
+    r.fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
+           std::to_string(max_npy_header_len) + " bytes");
+  }
+  if (header_len > r.remaining()) {
+    r.fail("header length " + std::to_string(header_len) + " runs past the end of the member (" +
+           std::to_string(r.remaining()) + " bytes remain)");
+  }
+  const std::uint64_t text_offset = r.offset();
+  const std::string_view raw = r.take_str(header_len, ".npy header");
+  h.data_offset = r.offset() - file_offset;
+
+  const std::string text = h.major_version == 3 ? std::string(raw) : latin1_to_utf8(raw);
+  literal_parser parser(text, ctx, text_offset);
+  const py_value doc = parser.parse_document();
+  if (doc.kind != py_value::dict) parser.fail_at(doc.pos, "the header is not a dictionary");
+
+  const py_value* descr = nullptr;
+  const py_value* fortran = nullptr;
+  const py_value* shape = nullptr;
+  for (std::size_t k = 0; k + 1 < doc.items.size(); k += 2) {
+    const py_value& key = doc.items[k];
+    const py_value** slot = nullptr;
+    if (key.kind == py_value::str) {
+      slot = key.text == "descr"           ? &descr
+             : key.text == "fortran_order" ? &fortran
+             : key.text == "shape"         ? &shape
+                                           : nullptr;
+    }
+    if (!slot) parser.fail_at(key.pos, "unexpected key (expected descr, fortran_order, shape)");
+    if (*slot) parser.fail_at(key.pos, "duplicate key '" + key.text + "'");
+    *slot = &doc.items[k + 1];
+  }
+  if (!descr || !fortran || !shape) {
+    parser.fail_at(doc.pos, std::string("missing key '") +
+                                (!descr ? "descr" : !fortran ? "fortran_order" : "shape") + "'");
+  }
+  if (fortran->kind != py_value::boolean) {
+    parser.fail_at(fortran->pos, "fortran_order must be True or False");
+  }
+  h.fortran_order = fortran->flag;
+
+  header_interpreter interp(parser);
+  if (shape->kind != py_value::tuple) parser.fail_at(shape->pos, "shape must be a tuple");
+  h.shape = interp.shape_of(*shape, "shape");
+  h.type = interp.dtype_of(*descr, 0);
+
+  for (auto d : h.shape) {
+    if (!detail::checked_mul(h.size, d, h.size)) {
+      parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " overflows");
+    }
+  }
+  if (!detail::checked_mul(h.size, h.type.itemsize(), h.nbytes)) {
+    parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " of " +
+                                   h.type.str() + " overflows");
+  }
+  // Object arrays hold a pickle of unknown length; they are refused later, not here.
+  if (!h.type.has_object() && h.nbytes > r.remaining()) {
+    ctx.fail(errc::corrupt_npy, r.offset(),
+             "array data of " + std::to_string(h.nbytes) + " bytes (shape " +
+                 detail::shape_literal(h.shape) + ", " + h.type.str() + ") runs past the end of "
+                 "the member (" + std::to_string(r.remaining()) + " bytes remain)");
+  }
+  return h;
+}
+
+std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,
+                            bool fortran_order) {
+  const std::string dict = "{'descr': " + type.descr() + ", 'fortran_order': " +
+                           (fortran_order ? "True" : "False") +
+                           ", 'shape': " + detail::shape_literal(shape) + ", }";
+  std::string body;
+  int major = 1;
+  if (!utf8_to_latin1(dict, body)) {
+    body = dict;
+    major = 3;
+  }
+  std::size_t prefix = 10;
+  auto padded = [&](std::size_t pre) { return (pre + body.size() + 1 + 63) / 64 * 64; };
+  if (major == 1 && padded(10) - 10 > 0xFFFF) major = 2;
+  if (major != 1) prefix = 12;
+  const std::size_t total = padded(prefix);
+  const std::size_t header_len = total - prefix;
+
+  std::string out(npy_magic, npy_magic_len);
+  out += static_cast<char>(major);
+  out += '\0';
+  for (std::size_t k = 0; k < prefix - 8; ++k) out += static_cast<char>((header_len >> (8 * k)) & 0xFF);
+  out += body;
+  out.append(total - out.size() - 1, ' ');
+  out += '\n';
+  return out;
+}
+
+}  // namespace mmnpz

@@ -1,0 +1,407 @@
+#include "mmnpz/reader.hpp"
+
+#include <zlib.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "detail/byte_reader.hpp"
+#include "detail/mapped_file.hpp"
+#include "detail/zip_directory.hpp"
+#include "detail/zip_format.hpp"
+#include "mmnpz/npy.hpp"
+
+namespace mmnpz {
+namespace detail {
+namespace {
+
+// Deflate cannot expand data by more than about 1032:1; a directory claiming more is lying,
+// and believing it would let a tiny file ask for terabytes.
+constexpr std::uint64_t max_deflate_ratio = 1032;
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+// Open addressing from full member name to the index of its last occurrence.
+class name_table {
+ public:
+  void build(const std::vector<member_info>& members) {
+    std::size_t cap = 16;
+    while (cap < members.size() * 2) cap *= 2;
+    mask_ = cap - 1;
+    slots_.assign(cap, 0);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      std::size_t k = fnv1a(members[i].name) & mask_;
+      while (slots_[k] != 0 && members[slots_[k] - 1].name != members[i].name) k = (k + 1) & mask_;
+      slots_[k] = static_cast<std::uint32_t>(i + 1);  // a later duplicate replaces the earlier
+    }
+  }
+  std::optional<std::size_t> find(std::string_view key,
+                                  const std::vector<member_info>& members) const {
+    for (std::size_t k = fnv1a(key) & mask_; slots_[k] != 0; k = (k + 1) & mask_) {
+      if (members[slots_[k] - 1].name == key) return slots_[k] - 1;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::vector<std::uint32_t> slots_;
+  std::size_t mask_ = 0;
+};
+
+std::uint32_t crc32_of(const std::byte* p, std::uint64_t n) {
+  return static_cast<std::uint32_t>(
+      ::crc32_z(0, reinterpret_cast<const Bytef*>(p), static_cast<z_size_t>(n)));
+}
+
+std::string hex32(std::uint32_t v) {
+  char buf[11];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+}  // namespace
+
+// What first access to a member found, cached for every later access.
+struct decoded {
+  std::exception_ptr contents_error;  // local header, method, inflation
+  const std::byte* contents = nullptr;
+  std::uint64_t contents_size = 0;
+  std::uint64_t contents_offset = 0;  // absolute offset of the member's bytes in the file
+  bool mapped = true;
+  std::shared_ptr<std::vector<std::byte>> inflated;
+  bool is_array = false;
+  std::exception_ptr array_error;  // .npy header, object arrays
+  view_state view;
+};
+
+class archive {
+ public:
+  archive(std::string path, mapped_bytes bytes) : path_(std::move(path)), bytes_(std::move(bytes)) {
+    dir_ = read_directory(bytes_.data, bytes_.size, path_);
+    names_.build(dir_.members);
+    slots_.reset(new std::atomic<const decoded*>[dir_.members.size()]());
+  }
+  archive(const archive&) = delete;
+  archive& operator=(const archive&) = delete;
+  ~archive() {
+    for (std::size_t i = 0; i < dir_.members.size(); ++i) delete slots_[i].load();
+  }
+
+  const std::string& path() const { return path_; }
+  const directory& dir() const { return dir_; }
+  std::uint64_t file_size() const { return bytes_.size; }
+
+  const member_info& member(std::size_t index) const {
+    if (index >= dir_.members.size()) {
+      throw error(errc::not_found, path_, {}, error::no_offset,
+                  "no member at index " + std::to_string(index) + " (the archive has " +
+                      std::to_string(dir_.members.size()) + ")");
+    }
+    return dir_.members[index];
+  }
+
+  std::optional<std::size_t> find(std::string_view key) const {
+    if (auto i = names_.find(key, dir_.members)) return i;
+    std::string with_suffix(key);
+    with_suffix += ".npy";
+    return names_.find(with_suffix, dir_.members);
+  }
+
+  /// The member's decoded state, decoding it on first access (once, under a lock).
+  const decoded& get(std::size_t index) const {
+    const member_info& m = member(index);
+    if (const decoded* d = slots_[index].load(std::memory_order_acquire)) return *d;
+    std::lock_guard<std::mutex> lock(locks_[index % locks_.size()]);
+    if (const decoded* d = slots_[index].load(std::memory_order_acquire)) return *d;
+    auto d = std::make_unique<decoded>();
+    decode(m, *d);
+    slots_[index].store(d.get(), std::memory_order_release);
+    return *d.release();
+  }
+
+  void check_contents(const decoded& d) const {
+    if (d.contents_error) std::rethrow_exception(d.contents_error);
+  }
+
+  /// Recomputes the CRC-32 of stored members (inflated ones were checked when inflated).
+  void verify(std::size_t index) const {
+    const decoded& d = get(index);
+    check_contents(d);
+    if (!d.mapped) return;
+    const member_info& m = dir_.members[index];
+    const std::uint32_t actual = crc32_of(d.contents, d.contents_size);
+    if (actual != m.crc32) {
+      throw error(errc::checksum, path_, std::string(m.name), d.contents_offset,
+                  "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
+    }
+  }
+
+ private:
+  void decode(const member_info& m, decoded& d) const {
+    try {
+      read_contents(m, d);
+    } catch (const error&) {
+      d.contents_error = std::current_exception();
+      return;
+    }
+    d.is_array = d.contents_size >= npy_magic_len &&
+                 std::memcmp(d.contents, npy_magic, npy_magic_len) == 0;
+    if (!d.is_array) return;
+    try {
+      make_view(m, d);
+    } catch (const error&) {
+      d.array_error = std::current_exception();
+    }
+  }
+
+  void read_contents(const member_info& m, decoded& d) const {
+    const std::string name(m.name);
+    const context ctx{path_, m.name};
+    if (m.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) {
+      ctx.fail(errc::unsupported, m.local_header_offset, "encrypted members are not supported");
+    }
+    if (m.method != zip::method_stored && m.method != zip::method_deflated) {
+      ctx.fail(errc::unsupported, m.local_header_offset,
+               "compression method " + std::to_string(m.method) +
+                   " is not supported (only 0, stored, and 8, deflated)");
+    }
+    // Members precede the central directory: the local header is read within that bound.
+    byte_reader r(bytes_.data + m.local_header_offset, dir_.cd_offset - m.local_header_offset,
+                  m.local_header_offset, ctx, errc::corrupt_zip);
+    if (r.le32() != zip::local_header_sig) {
+      r.fail_at(m.local_header_offset, "bad local header signature");
+    }
+    r.skip(2, "local header");  // version needed
+    const std::uint16_t local_flags = r.le16();
+    r.skip(18, "local header");  // method, time, date, crc, sizes: the directory's are used
+    const std::uint16_t name_len = r.le16();
+    const std::uint16_t extra_len = r.le16();
+    const std::uint64_t name_offset = r.offset();
+    const std::string_view raw_name = r.take_str(name_len, "local header name");
+    std::string converted;
+    const std::string_view local_name =
+        cp437_to_utf8(raw_name, local_flags, converted) ? std::string_view(converted) : raw_name;
+    if (local_name != m.name) {
+      r.fail_at(name_offset, "the local header names it '" + std::string(local_name) + "'");
+    }
+    r.skip(extra_len, "local header extra field");
+    d.contents_offset = r.offset();
+    if (m.compressed_size > r.remaining()) {
+      r.fail("data [" + std::to_string(d.contents_offset) + ", " +
+             std::to_string(d.contents_offset + m.compressed_size) +
+             ") runs into the central directory at " + std::to_string(dir_.cd_offset));
+    }
+    const std::byte* data = r.take(m.compressed_size);
+    if (m.method == zip::method_stored) {
+      if (m.compressed_size != m.uncompressed_size) {
+        ctx.fail(errc::corrupt_zip, d.contents_offset,
+                 "stored member has compressed size " + std::to_string(m.compressed_size) +
+                     " but uncompressed size " + std::to_string(m.uncompressed_size));
+      }
+      d.contents = data;
+      d.contents_size = m.compressed_size;
+      return;
+    }
+    d.mapped = false;
+    d.inflated = inflate(m, data, d.contents_offset, ctx);
+    d.contents = d.inflated->data();
+    d.contents_size = d.inflated->size();
+  }
+
+  std::shared_ptr<std::vector<std::byte>> inflate(const member_info& m, const std::byte* in,
+                                                  std::uint64_t offset, const context& ctx) const {
+    const std::uint64_t cap = m.uncompressed_size;
+    if (cap / max_deflate_ratio > m.compressed_size + 1) {
+      ctx.fail(errc::corrupt_zip, offset,
+               "claims to inflate " + std::to_string(m.compressed_size) + " bytes to " +
+                   std::to_string(cap) + ", more than deflate can");
+    }
+    auto out = std::make_shared<std::vector<std::byte>>(cap);
+    z_stream z{};
+    if (inflateInit2(&z, -MAX_WBITS) != Z_OK) throw std::bad_alloc();
+    std::uint64_t in_left = m.compressed_size;
+    std::uint64_t out_done = 0;
+    unsigned char spare = 0;  // where output beyond the directory's size would go
+    std::string failure;
+    while (failure.empty()) {
+      if (z.avail_in == 0 && in_left > 0) {
+        z.avail_in = static_cast<uInt>(std::min<std::uint64_t>(in_left, 1u << 30));
+        z.next_in = reinterpret_cast<Bytef*>(
+            const_cast<std::byte*>(in + (m.compressed_size - in_left)));
+        in_left -= z.avail_in;
+      }
+      const bool full = out_done == cap;
+      z.avail_out = full ? 1 : static_cast<uInt>(std::min<std::uint64_t>(cap - out_done, 1u << 30));
+      z.next_out = full ? &spare : reinterpret_cast<Bytef*>(out->data() + out_done);
+      const uInt room = z.avail_out;
+      const int rc = ::inflate(&z, Z_NO_FLUSH);
+      const uInt produced = room - z.avail_out;
+      if (full && produced > 0) {
+        failure = "inflates to more than the " + std::to_string(cap) +
+                  " bytes the central directory states";
+      } else if (rc == Z_STREAM_END) {
+        out_done += produced;
+        break;
+      } else if (rc == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) {
+        failure = "deflate stream is truncated";
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        failure = std::string("deflate stream is corrupt") + (z.msg ? std::string(": ") + z.msg : "");
+      }
+      out_done += produced;
+    }
+    inflateEnd(&z);
+    if (!failure.empty()) ctx.fail(errc::corrupt_zip, offset, failure);
+    if (out_done != cap) {
+      ctx.fail(errc::corrupt_zip, offset,
+               "inflates to " + std::to_string(out_done) + " bytes, the central directory says " +
+                   std::to_string(cap));
+    }
+    const std::uint32_t actual = crc32_of(out->data(), out->size());
+    if (actual != m.crc32) {
+      ctx.fail(errc::checksum, offset,
+               "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
+    }
+    return out;
+  }
+
+  void make_view(const member_info& m, decoded& d) const {
+    const std::string name(m.name);
+    npy_header h = read_npy_header(d.contents, d.contents_size, path_, name, d.contents_offset);
+    if (h.type.has_object()) {
+      throw error(errc::object_array, path_, name, error::no_offset,
+                  "pickled object arrays cannot be memory-mapped");
+    }
+    view_state& v = d.view;
+    v.path = path_;
+    v.member = name;
+    v.strides = byte_strides(h.shape, h.type.itemsize(), h.fortran_order);
+    v.type = std::move(h.type);
+    v.shape = std::move(h.shape);
+    v.fortran_order = h.fortran_order;
+    v.size = h.size;
+    v.nbytes = h.nbytes;
+    v.data = d.contents + h.data_offset;
+    v.mapped = d.mapped;
+    v.file_offset = d.contents_offset + h.data_offset;
+    if (d.mapped) {
+      v.keepalive = bytes_.keepalive;
+    } else {
+      v.keepalive = d.inflated;
+    }
+  }
+
+  std::string path_;
+  mapped_bytes bytes_;
+  directory dir_;
+  name_table names_;
+  std::unique_ptr<std::atomic<const decoded*>[]> slots_;
+  mutable std::array<std::mutex, 64> locks_;
+};
+
+[[noreturn]] void throw_bad_cast(const view_state& s, const dtype& wanted, bool /*misaligned*/) {
+  if (s.type.kind() != wanted.kind() || s.type.itemsize() != wanted.itemsize() ||
+      s.type.is_structured()) {
+    throw error(errc::type_mismatch, s.path, s.member, error::no_offset,
+                "array of " + s.type.str() + " read as " + wanted.str());
+  }
+  if (!s.type.is_native()) {
+    throw error(errc::type_mismatch, s.path, s.member, error::no_offset,
+                "array of " + s.type.str() + " is not in native byte order");
+  }
+  throw error(errc::misaligned, s.path, s.member, s.file_offset,
+              "data is not aligned to " + std::to_string(wanted.itemsize()) +
+                  " bytes for " + wanted.str() + " (allow it with alignment_check::allow_misaligned)");
+}
+
+}  // namespace detail
+
+reader::reader(const std::string& path)
+    : a_(std::make_shared<const detail::archive>(path, detail::map_file(path))) {}
+
+reader reader::from_bytes(const void* data, std::size_t size, std::string display_name) {
+  return reader(std::make_shared<const detail::archive>(std::move(display_name),
+                                                        detail::copy_bytes(data, size)));
+}
+
+const std::string& reader::path() const { return a_->path(); }
+std::size_t reader::size() const { return a_->dir().members.size(); }
+
+std::vector<std::string> reader::names() const {
+  std::vector<std::string> out;
+  out.reserve(size());
+  for (const auto& m : a_->dir().members) {
+    std::string_view n = m.name;
+    if (n.size() >= 4 && n.substr(n.size() - 4) == ".npy") n.remove_suffix(4);
+    out.emplace_back(n);
+  }
+  return out;
+}
+
+const member_info& reader::member(std::size_t index) const { return a_->member(index); }
+
+std::optional<std::size_t> reader::find(std::string_view key) const { return a_->find(key); }
+
+std::size_t reader::index_of(std::string_view key) const {
+  if (auto i = a_->find(key)) return *i;
+  throw error(errc::not_found, a_->path(), std::string(key), error::no_offset,
+              "no such member in the archive");
+}
+
+array_view reader::array(std::size_t index) const {
+  const detail::decoded& d = a_->get(index);
+  a_->check_contents(d);
+  if (!d.is_array) {
+    const member_info& m = a_->dir().members[index];
+    throw error(errc::not_an_array, a_->path(), std::string(m.name), d.contents_offset,
+                "not a .npy array (no .npy magic); read it with bytes()");
+  }
+  if (d.array_error) std::rethrow_exception(d.array_error);
+  // Aliasing: the view shares ownership of the archive, which owns the decoded state.
+  return array_view(std::shared_ptr<const detail::view_state>(a_, &d.view));
+}
+
+bool reader::is_array(std::size_t index) const {
+  const detail::decoded& d = a_->get(index);
+  a_->check_contents(d);
+  return d.is_array;
+}
+
+bytes_view reader::bytes(std::size_t index) const {
+  const detail::decoded& d = a_->get(index);
+  a_->check_contents(d);
+  bytes_view b;
+  b.data = d.contents;
+  b.size = d.contents_size;
+  b.mapped = d.mapped;
+  b.keepalive = std::shared_ptr<const void>(a_, d.contents);
+  return b;
+}
+
+verify_result reader::verify() const {
+  verify_result out;
+  for (std::size_t i = 0; i < size(); ++i) {
+    ++out.members_checked;
+    try {
+      a_->verify(i);
+      out.bytes_checked += a_->dir().members[i].uncompressed_size;
+    } catch (const error& e) {
+      out.failures.push_back(e);
+    }
+  }
+  return out;
+}
+
+void reader::verify(std::string_view key) const { a_->verify(index_of(key)); }
+
+std::uint64_t reader::file_size() const { return a_->file_size(); }
+std::uint64_t reader::leading_bytes() const { return a_->dir().leading_bytes; }
+std::string_view reader::comment() const { return a_->dir().comment; }
+bool reader::is_zip64() const { return a_->dir().zip64; }
+
+}  // namespace mmnpz

@@ -1,0 +1,342 @@
+#include "mmnpz/writer.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <unordered_set>
+
+#include "detail/byte_reader.hpp"
+#include "detail/mapped_file.hpp"
+#include "detail/utf8.hpp"
+#include "detail/zip_directory.hpp"
+#include "detail/zip_format.hpp"
+#include "detail/zip_writer.hpp"
+#include "mmnpz/npy.hpp"
+
+namespace mmnpz {
+
+namespace zip = detail::zip;
+using detail::put16;
+using detail::put32;
+using detail::put64;
+
+namespace {
+
+constexpr std::size_t max_alignment = 65536;
+constexpr std::uint64_t max_extra_len = 0xFFFF;
+constexpr std::size_t align_record_min = 6;  // id, length, u16 alignment
+// Data is checksummed and written in pieces this large, so each piece is still in cache
+// when write(2) copies it.
+constexpr std::size_t write_chunk = std::size_t{1} << 20;
+
+}  // namespace
+
+struct writer::impl {
+  std::string path;
+  writer_options opt;
+  int fd = -1;
+  std::uint64_t pos = 0;    // absolute offset where the next member goes
+  std::uint64_t shift = 0;  // bytes before the archive that its offsets do not count
+  std::string old_cd;       // the appended-to archive's directory entries, verbatim
+  std::uint64_t old_count = 0;
+  std::vector<detail::cd_entry> entries;
+  std::unordered_set<std::string> names;
+  std::uint64_t file_end = 0;  // highest byte written, for truncation at close
+
+  // The member being written.
+  bool active = false;
+  std::uint64_t member_id = 0;  // tells a stream whether it still owns the active member
+  detail::cd_entry cur;
+  std::uint64_t cur_data = 0;  // absolute offset of the next data byte
+  std::uint64_t cur_left = 0;  // array bytes still expected
+  std::uint32_t cur_crc = 0;
+
+  [[noreturn]] void refuse(std::string_view name, const std::string& why) const {
+    throw error(errc::invalid_argument, path, std::string(name), error::no_offset, why);
+  }
+
+  void check_open() const {
+    if (fd < 0) throw error(errc::invalid_argument, path, {}, error::no_offset, "writer is closed");
+  }
+
+  std::string checked_name(std::string_view name) const {
+    if (name.empty()) refuse(name, "a member name must not be empty");
+    if (name.find('\0') != std::string_view::npos) refuse(name, "a member name must not hold NUL");
+    if (name.front() == '/' || name.find('\\') != std::string_view::npos) {
+      refuse(name, "a member name must be a relative path with '/' separators");
+    }
+    if (name == ".." || name.substr(0, 3) == "../" || name.find("/../") != std::string_view::npos ||
+        (name.size() >= 3 && name.substr(name.size() - 3) == "/..")) {
+      refuse(name, "a member name must not contain '..' components");
+    }
+    if (!detail::is_valid_utf8(name)) refuse(name, "a member name must be valid UTF-8");
+    if (name.size() > 0xFFFF - 4) refuse(name, "a member name must be shorter than 65,532 bytes");
+    std::string full(name);
+    full += ".npy";
+    if (!opt.allow_duplicate_names && names.count(full)) {
+      refuse(full, "the archive already has a member of that name");
+    }
+    return full;
+  }
+
+  void begin(std::string_view name, const dtype& type, const std::vector<std::uint64_t>& shape,
+             bool fortran_order) {
+    check_open();
+    if (active) refuse(name, "another member is still being written");
+    std::string full = checked_name(name);
+    if (type.has_object()) refuse(full, "object arrays cannot be written (they need pickle)");
+    if (shape.size() > max_npy_ndim) refuse(full, "too many dimensions");
+    std::uint64_t nbytes = type.itemsize();
+    for (auto d : shape) {
+      if (!detail::checked_mul(nbytes, d, nbytes)) refuse(full, "the array's size overflows");
+    }
+    std::string npy = make_npy_header(type, shape, fortran_order);
+    std::uint64_t member_size = 0;
+    if (!detail::checked_add(npy.size(), nbytes, member_size)) {
+      refuse(full, "the array's size overflows");
+    }
+
+    // Local header extra field: zip64 sizes when needed, then padding that puts the array
+    // data at a multiple of the alignment in the file.
+    const bool zip64 = member_size >= zip::zip64_limit;
+    const std::uint64_t z64_len = zip64 ? 20 : 0;
+    const std::uint64_t fixed = pos + zip::local_header_size + full.size() + z64_len;
+    const std::uint64_t align = opt.alignment;
+    std::uint64_t pad = 0;
+    while (true) {
+      pad = (align - (fixed + npy.size()) % align) % align;
+      while (pad != 0 && pad < align_record_min) pad += align;
+      if (z64_len + pad <= max_extra_len) break;
+      grow_npy_header(npy);  // only for alignments near 64 KiB
+    }
+    std::string local;
+    put32(local, zip::local_header_sig);
+    put16(local, zip64 ? 45 : 20);
+    cur = detail::cd_entry{};
+    cur.name = std::move(full);
+    cur.flags = needs_utf8_flag(cur.name) ? zip::flag_utf8 : 0;
+    cur.method = zip::method_stored;
+    detail::dos_now(cur.dos_time, cur.dos_date);
+    cur.compressed_size = cur.uncompressed_size = member_size;
+    cur.local_header_offset = pos - shift;
+    put16(local, cur.flags);
+    put16(local, cur.method);
+    put16(local, cur.dos_time);
+    put16(local, cur.dos_date);
+    put32(local, 0);  // CRC-32, written once the data is complete
+    put32(local, zip64 ? zip::u32_saturated : member_size);
+    put32(local, zip64 ? zip::u32_saturated : member_size);
+    put16(local, cur.name.size());
+    put16(local, z64_len + pad);
+    local += cur.name;
+    if (zip64) {
+      put16(local, zip::zip64_extra_id);
+      put16(local, 16);
+      put64(local, member_size);
+      put64(local, member_size);
+    }
+    if (pad != 0) {
+      put16(local, zip::align_extra_id);
+      put16(local, pad - 4);
+      put16(local, align < 0x8000 ? align : 0);
+      local.append(pad - align_record_min, '\0');
+    }
+    local += npy;
+    cur_crc = static_cast<std::uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(npy.data()), npy.size()));
+    write_at(local.data(), local.size(), pos);
+    cur_data = pos + local.size();
+    cur_left = nbytes;
+    active = true;
+    ++member_id;
+  }
+
+  void write_data(const void* data, std::size_t n) {
+    if (!active) refuse({}, "no member is being written");
+    if (n > cur_left) {
+      abandon();
+      refuse(cur.name, std::to_string(n) + " bytes given, " + std::to_string(cur_left) +
+                           " expected; the member was abandoned");
+    }
+    const auto* p = static_cast<const unsigned char*>(data);
+    while (n > 0) {
+      const std::size_t k = n < write_chunk ? n : write_chunk;
+      cur_crc = static_cast<std::uint32_t>(::crc32_z(cur_crc, p, k));
+      try {
+        write_at(p, k, cur_data);
+      } catch (...) {
+        abandon();
+        throw;
+      }
+      cur_data += k;
+      cur_left -= k;
+      p += k;
+      n -= k;
+    }
+  }
+
+  void commit() {
+    if (!active) refuse({}, "no member is being written");
+    if (cur_left != 0) {
+      const std::string name = cur.name;
+      const std::uint64_t left = cur_left;
+      abandon();
+      refuse(name, std::to_string(left) + " bytes of the array are missing; the member was "
+                                          "abandoned");
+    }
+    std::string crc;
+    put32(crc, cur_crc);
+    try {
+      write_at(crc.data(), crc.size(), pos + 14);
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    cur.crc32 = cur_crc;
+    pos = cur_data;
+    names.insert(cur.name);
+    entries.push_back(std::move(cur));
+    active = false;
+  }
+
+  void abandon() { active = false; }
+
+  void write_at(const void* data, std::size_t n, std::uint64_t offset) {
+    detail::pwrite_all(fd, data, n, offset, path);
+    if (offset + n > file_end) file_end = offset + n;
+  }
+
+  void close() {
+    if (fd < 0) return;
+    abandon();
+    std::string cd = old_cd;
+    for (const auto& e : entries) detail::append_cd_entry(cd, e);
+    const std::uint64_t cd_size = cd.size();
+    detail::append_end_records(cd, old_count + entries.size(), cd_size, pos - shift);
+    const int f = fd;
+    fd = -1;
+    try {
+      detail::pwrite_all(f, cd.data(), cd.size(), pos, path);
+      // Drop what an abandoned member left beyond the end record.
+      if (file_end > pos + cd.size() && ::ftruncate(f, static_cast<off_t>(pos + cd.size())) != 0) {
+        throw error(errc::io, path, {}, error::no_offset, "truncate", errno);
+      }
+    } catch (...) {
+      ::close(f);
+      throw;
+    }
+    if (::close(f) != 0) throw error(errc::io, path, {}, error::no_offset, "close", errno);
+  }
+
+  static bool needs_utf8_flag(const std::string& name) {
+    for (char c : name) {
+      if (static_cast<unsigned char>(c) >= 0x80) return true;
+    }
+    return false;
+  }
+
+  // Adds 64 spaces of padding to a .npy header (numpy accepts any header length).
+  static void grow_npy_header(std::string& npy) {
+    const bool v1 = npy[6] == 1;
+    const std::size_t prefix = v1 ? 10 : 12;
+    npy.insert(npy.size() - 1, 64, ' ');
+    const std::uint64_t len = npy.size() - prefix;
+    for (std::size_t k = 0; k < prefix - 8; ++k) npy[8 + k] = static_cast<char>((len >> (8 * k)) & 0xFF);
+  }
+
+  void open_append_if_exists() {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return;
+    detail::mapped_bytes old = detail::map_file(path);
+    if (old.size == 0) return;
+    const detail::directory d = detail::read_directory(old.data, old.size, path);
+    old_cd.assign(reinterpret_cast<const char*>(old.data + d.cd_offset), d.cd_size);
+    old_count = d.members.size();
+    for (const auto& m : d.members) names.insert(std::string(m.name));
+    shift = d.shift;
+    // New members go after everything that is there: no byte a reader may have mapped changes.
+    pos = old.size;
+    file_end = old.size;
+  }
+};
+
+writer::writer(const std::string& path, writer_options options) : p_(std::make_unique<impl>()) {
+  p_->path = path;
+  p_->opt = options;
+  const std::size_t a = options.alignment;
+  if (a == 0 || a > max_alignment || (a & (a - 1)) != 0) {
+    throw error(errc::invalid_argument, path, {}, error::no_offset,
+                "alignment " + std::to_string(a) + " is not a power of two from 1 to 65536");
+  }
+  int flags = O_RDWR | O_CLOEXEC | O_CREAT;
+  if (options.mode == open_mode::create) flags |= O_EXCL;
+  if (options.mode == open_mode::truncate) flags |= O_TRUNC;
+  if (options.mode == open_mode::append) p_->open_append_if_exists();
+  p_->fd = ::open(path.c_str(), flags, 0644);
+  if (p_->fd < 0) throw error(errc::io, path, {}, error::no_offset, "create", errno);
+}
+
+writer::writer(writer&&) noexcept = default;
+writer& writer::operator=(writer&& other) noexcept {
+  if (this != &other) {
+    try {
+      if (p_) p_->close();
+    } catch (...) {
+    }
+    p_ = std::move(other.p_);
+  }
+  return *this;
+}
+
+writer::~writer() {
+  try {
+    if (p_) p_->close();
+  } catch (...) {
+  }
+}
+
+void writer::write(std::string_view name, const void* data, const dtype& type,
+                   const std::vector<std::uint64_t>& shape, bool fortran_order) {
+  p_->begin(name, type, shape, fortran_order);
+  const std::uint64_t n = p_->cur_left;
+  if (n > 0 && data == nullptr) {
+    p_->abandon();
+    p_->refuse(name, "no data given for a non-empty array");
+  }
+  p_->write_data(data, static_cast<std::size_t>(n));
+  p_->commit();
+}
+
+writer::stream writer::begin(std::string_view name, const dtype& type,
+                             const std::vector<std::uint64_t>& shape, bool fortran_order) {
+  p_->begin(name, type, shape, fortran_order);
+  return stream(p_.get(), p_->member_id);
+}
+
+void writer::close() { p_->close(); }
+std::size_t writer::members_written() const { return p_->entries.size(); }
+const std::string& writer::path() const { return p_->path; }
+
+writer::stream::stream(stream&& other) noexcept : w_(other.w_), id_(other.id_) {
+  other.w_ = nullptr;
+}
+writer::stream::~stream() {
+  if (owns()) w_->abandon();
+}
+bool writer::stream::owns() const { return w_ && w_->active && w_->member_id == id_; }
+void writer::stream::write(const void* data, std::size_t n) {
+  if (!owns()) throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {},
+                           error::no_offset, "the stream's member was committed or abandoned");
+  w_->write_data(data, n);
+}
+std::uint64_t writer::stream::remaining() const { return owns() ? w_->cur_left : 0; }
+void writer::stream::commit() {
+  if (!owns()) throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {},
+                           error::no_offset, "the stream's member was committed or abandoned");
+  w_->commit();
+}
+
+}  // namespace mmnpz
