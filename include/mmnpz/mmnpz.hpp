@@ -1,0 +1,10 @@
+#pragma once
+
+/// Umbrella header for the core (without xtensor; see mmnpz/xtensor.hpp).
+#include "mmnpz/array_view.hpp"
+#include "mmnpz/dtype.hpp"
+#include "mmnpz/error.hpp"
+#include "mmnpz/npy.hpp"
+#include "mmnpz/reader.hpp"
+#include "mmnpz/version.hpp"
+#include "mmnpz/writer.hpp"

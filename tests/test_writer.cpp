@@ -1,0 +1,347 @@
+#include <doctest/doctest.h>
+#include <sys/statvfs.h>
+
+#include <complex>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <vector>
+
+#include "mmnpz/mmnpz.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+// What numpy and zipfile see in an archive: one line per member, then zipfile's verdict.
+constexpr const char* numpy_view = R"(
+import sys, zipfile, numpy as np
+path = sys.argv[1]
+with np.load(path) as f:
+    for k in f.files:
+        a = f[k]
+        fortran = a.flags.f_contiguous and not a.flags.c_contiguous
+        print(k, a.dtype.str, a.shape, int(fortran), a.tobytes(order='F' if fortran else 'C').hex())
+print('testzip', zipfile.ZipFile(path).testzip())
+)";
+
+std::string member_line(const mmnpz::array_view& v, const std::string& key) {
+  std::string shape = "(";
+  for (std::size_t i = 0; i < v.ndim(); ++i) {
+    shape += (i ? ", " : "") + std::to_string(v.shape()[i]);
+  }
+  shape += v.ndim() == 1 ? ",)" : ")";
+  return key + " " + v.type().str() + " " + shape + " " + std::to_string(v.fortran_order()) + " " +
+         test::hex(v.data(), v.nbytes()) + "\n";
+}
+
+// numpy's view of `path` must equal mmnpz's, member by member, and zipfile and unzip must
+// find no error.
+void check_readers_agree(const std::string& path) {
+  mmnpz::reader r(path);
+  std::string expected;
+  for (const auto& key : r.names()) expected += member_line(r[key], key);
+  expected += "testzip None\n";
+  CHECK(test::python(numpy_view, path) == expected);
+  int status = -1;
+  test::run("unzip -tqq '" + path + "' 2>&1", &status);
+  CHECK(status == 0);
+}
+
+std::uint64_t file_size(const std::string& path) { return test::read_file(path).size(); }
+
+}  // namespace
+
+TEST_SUITE("writer") {
+  TEST_CASE("writes every basic dtype so that numpy, zipfile and unzip read it back") {
+    const std::string path = test::scratch("dtypes.npz");
+    mmnpz::writer w(path);
+    std::vector<double> f64(24);
+    std::iota(f64.begin(), f64.end(), -3.5);
+    w.write("f64_c", f64.data(), {2, 3, 4});
+    w.write("f64_fortran", f64.data(), {4, 6}, /*fortran_order=*/true);
+    std::vector<std::int16_t> i16 = {-32768, -1, 0, 1, 32767};
+    w.write("i16", i16.data(), {5});
+    std::vector<std::uint8_t> u8 = {0, 255, 7};
+    w.write("u8", u8.data(), {3});
+    bool flags[] = {true, false, true};
+    w.write("b", flags, {3});
+    std::complex<float> c[] = {{1, 2}, {-3, 0.5f}};
+    w.write("c64", c, {2});
+    const float scalar = 2.5f;
+    w.write("zero_d", &scalar, {});
+    w.write<float>("empty", nullptr, {3, 0});
+    const char text[] = "abcdefghij";
+    w.write("s5", text, mmnpz::dtype::parse("|S5"), {2});
+    const std::int32_t big_endian[] = {0x01020304};
+    w.write("be", big_endian, mmnpz::dtype::parse(">i4"), {1});
+    w.close();
+    check_readers_agree(path);
+  }
+
+  TEST_CASE("writes structured dtypes and headers numpy reads as version 1.0 and 3.0") {
+    const std::string path = test::scratch("structured.npz");
+    mmnpz::field a{"a", "", mmnpz::dtype::parse("<i4"), {}, 0};
+    mmnpz::field b{"b", "", mmnpz::dtype::parse("<f8"), {2}, 0};
+    const auto rec = mmnpz::dtype::structured({a, b});
+    CHECK(rec.descr() == "[('a', '<i4'), ('b', '<f8', (2,))]");
+    CHECK(rec.itemsize() == 20);
+    std::vector<char> bytes(40, 1);
+    mmnpz::writer w(path);
+    w.write("rec", bytes.data(), rec, {2});
+    mmnpz::field aleph{"\xe2\x84\xb5", "", mmnpz::dtype::parse("<u2"), {}, 0};
+    w.write("utf8_field", bytes.data(), mmnpz::dtype::structured({aleph}), {3});
+    w.close();
+    check_readers_agree(path);
+    mmnpz::reader r(path);
+    CHECK(static_cast<int>(r.bytes("rec").data[6]) == 1);
+    CHECK(static_cast<int>(r.bytes("utf8_field").data[6]) == 3);
+  }
+
+  TEST_CASE("puts every array's data at a multiple of the alignment in the file") {
+    for (std::size_t align : {1, 2, 8, 64, 4096, 65536}) {
+      CAPTURE(align);
+      const std::string path = test::scratch("aligned.npz");
+      mmnpz::writer w(path, {mmnpz::open_mode::create, align});
+      std::vector<std::uint8_t> data(1000, 3);
+      for (std::size_t k = 1; k <= 9; ++k) {
+        w.write(std::string(k * 7, 'n'), data.data(), {k * 37});
+      }
+      w.close();
+      mmnpz::reader r(path);
+      REQUIRE(r.size() == 9);
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        CHECK(r.array(i).file_offset() % align == 0);
+        CHECK(r.array(i).is_aligned(align < 4096 ? align : 4096));
+      }
+      if (align == 1 || align == 65536) check_readers_agree(path);
+    }
+  }
+
+  TEST_CASE("refuses an alignment that is not a power of two up to 64 KiB") {
+    for (std::size_t align : {0, 3, 48, 131072}) {
+      CAPTURE(align);
+      const std::string path = test::scratch("bad_align.npz");
+      CHECK_THROWS_WITH_AS(mmnpz::writer(path, {mmnpz::open_mode::create, align}),
+                           (path + ": alignment " + std::to_string(align) +
+                            " is not a power of two from 1 to 65536")
+                               .c_str(),
+                           mmnpz::error);
+    }
+  }
+
+  TEST_CASE("create mode refuses an existing file; truncate mode replaces it") {
+    const std::string path = test::scratch("modes.npz");
+    const int one = 1;
+    {
+      mmnpz::writer w(path);
+      w.write("first", &one, {});
+    }
+    try {
+      mmnpz::writer again(path);
+      FAIL("create mode opened an existing file");
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::io);
+      CHECK(std::string(e.what()) == "cannot create '" + path + "': File exists");
+    }
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+      w.write("second", &one, {});
+    }
+    mmnpz::reader r(path);
+    CHECK(r.names() == std::vector<std::string>{"second"});
+  }
+
+  TEST_CASE("append adds members without changing a byte of the existing archive") {
+    const std::string path = test::scratch("append.npz");
+    const std::vector<float> v = {1, 2, 3};
+    {
+      mmnpz::writer w(path);
+      w.write("a", v.data(), {3});
+    }
+    const std::string before = test::read_file(path);
+    mmnpz::reader old_reader(path);
+    const auto old_view = old_reader["a"];
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::append});
+      w.write("b", v.data(), {3});
+      CHECK_THROWS_WITH_AS(w.write("a", v.data(), {3}),
+                           (path + ": member 'a.npy': the archive already has a member of that "
+                                   "name").c_str(),
+                           mmnpz::error);
+    }
+    const std::string after = test::read_file(path);
+    REQUIRE(after.size() > before.size());
+    CHECK(after.compare(0, before.size(), before) == 0);
+    CHECK(old_view.data_as<float>()[2] == 3.0f);
+    mmnpz::reader r(path);
+    CHECK(r.names() == std::vector<std::string>{"a", "b"});
+    check_readers_agree(path);
+  }
+
+  TEST_CASE("appends to an archive numpy wrote and to a missing file") {
+    const std::string path = test::scratch("numpy_then_append.npz");
+    int status = -1;
+    test::python("import sys, numpy as np; np.savez(sys.argv[1], x=np.arange(5))", path, &status);
+    REQUIRE(status == 0);
+    const std::int64_t y[] = {9, 8};
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::append});
+      w.write("y", y, {2});
+    }
+    check_readers_agree(path);
+    const std::string fresh = test::scratch("append_creates.npz");
+    {
+      mmnpz::writer w(fresh, {mmnpz::open_mode::append});
+      w.write("y", y, {2});
+    }
+    check_readers_agree(fresh);
+  }
+
+  TEST_CASE("refuses bad requests before writing a byte") {
+    const std::string path = test::scratch("refusals.npz");
+    mmnpz::writer w(path);
+    const int one = 1;
+    w.write("ok", &one, {});
+    const auto size = file_size(path);
+    const auto refused = [&](const std::string& name, const mmnpz::dtype& t, const char* why) {
+      CAPTURE(name);
+      try {
+        w.write(name, &one, t, {});
+        FAIL("accepted");
+      } catch (const mmnpz::error& e) {
+        CHECK(e.code() == mmnpz::errc::invalid_argument);
+        CHECK(std::string(e.what()) == why);
+      }
+      CHECK(file_size(path) == size);
+    };
+    const auto i4 = mmnpz::dtype::of<int>();
+    refused("", i4, (path + ": a member name must not be empty").c_str());
+    refused("/abs", i4, (path + ": member '/abs': a member name must be a relative path with '/' "
+                                "separators").c_str());
+    refused("a/../b", i4, (path + ": member 'a/../b': a member name must not contain '..' "
+                                  "components").c_str());
+    refused("bad\xff", i4, (path + ": member 'bad\xff': a member name must be valid UTF-8").c_str());
+    refused("ok", i4, (path + ": member 'ok.npy': the archive already has a member of that name")
+                          .c_str());
+    refused("obj", mmnpz::dtype::parse("|O"),
+            (path + ": member 'obj.npy': object arrays cannot be written (they need pickle)")
+                .c_str());
+    CHECK_THROWS_WITH_AS(w.write<double>("huge", nullptr, {1ull << 62, 8}),
+                         (path + ": member 'huge.npy': the array's size overflows").c_str(),
+                         mmnpz::error);
+    CHECK(file_size(path) == size);
+  }
+
+  TEST_CASE("allows a duplicate name when asked, and readers see the last one") {
+    const std::string path = test::scratch("dups.npz");
+    const int first = 1;
+    const int second = 2;
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::create, 64, /*allow_duplicate_names=*/true});
+      w.write("x", &first, {});
+      w.write("x", &second, {});
+    }
+    mmnpz::reader r(path);
+    CHECK(r.size() == 2);
+    CHECK(*r["x"].data_as<int>() == 2);
+    CHECK(test::python("import sys, numpy as np; print(int(np.load(sys.argv[1])['x']))", path) ==
+          "2\n");
+  }
+
+  TEST_CASE("streams an array in pieces and commits it only when complete") {
+    const std::string path = test::scratch("stream.npz");
+    std::vector<std::uint32_t> data(100000);
+    std::iota(data.begin(), data.end(), 0u);
+    mmnpz::writer w(path);
+    {
+      auto s = w.begin("whole", mmnpz::dtype::of<std::uint32_t>(), {1000, 100});
+      const auto* bytes = reinterpret_cast<const char*>(data.data());
+      for (std::size_t off = 0; off < data.size() * 4; off += 4093) {
+        s.write(bytes + off, std::min<std::size_t>(4093, data.size() * 4 - off));
+      }
+      CHECK(s.remaining() == 0);
+      s.commit();
+    }
+    {
+      auto s = w.begin("short", mmnpz::dtype::of<std::uint32_t>(), {10});
+      s.write(data.data(), 36);
+      CHECK_THROWS_WITH_AS(s.commit(),
+                           (path + ": member 'short.npy': 4 bytes of the array are missing; the "
+                                   "member was abandoned").c_str(),
+                           mmnpz::error);
+      CHECK_THROWS_AS(s.write(data.data(), 4), mmnpz::error);
+    }
+    {
+      auto s = w.begin("long", mmnpz::dtype::of<std::uint32_t>(), {2});
+      CHECK_THROWS_WITH_AS(s.write(data.data(), 12),
+                           (path + ": member 'long.npy': 12 bytes given, 8 expected; the member "
+                                   "was abandoned").c_str(),
+                           mmnpz::error);
+    }
+    {
+      auto dropped = w.begin("dropped", mmnpz::dtype::of<std::uint32_t>(), {4});
+      dropped.write(data.data(), 8);
+    }  // abandoned by its destructor
+    w.write("after", data.data(), {7});
+    w.close();
+    mmnpz::reader r(path);
+    CHECK(r.names() == std::vector<std::string>{"whole", "after"});
+    CHECK(r["whole"].data_as<std::uint32_t>()[99999] == 99999u);
+    check_readers_agree(path);
+  }
+
+  TEST_CASE("uses zip64 for more than 65,535 members in the form numpy and zipfile read") {
+    const std::string path = test::scratch("many.npz");
+    {
+      mmnpz::writer w(path);
+      for (std::uint32_t i = 0; i < 65540; ++i) w.write("m" + std::to_string(i), &i, {});
+    }
+    mmnpz::reader r(path);
+    CHECK(r.size() == 65540);
+    CHECK(r.is_zip64());
+    CHECK(*r["m65539"].data_as<std::uint32_t>() == 65539u);
+    CHECK(test::python("import sys, numpy as np\n"
+                       "f = np.load(sys.argv[1]); print(len(f.files), int(f['m65539']))",
+                       path) == "65540 65539\n");
+  }
+
+  TEST_CASE("writes a member over 4 GiB at an offset over 4 GiB (zip64 sizes and offsets)") {
+    struct statvfs fs {};
+    ::statvfs(MMNPZ_TEST_TMP, &fs);
+    const double free_gib = static_cast<double>(fs.f_bavail) * fs.f_frsize / (1u << 30);
+    if (std::getenv("MMNPZ_SKIP_HUGE") || free_gib < 20) {
+      MESSAGE("skipped: MMNPZ_SKIP_HUGE is set or less than 20 GiB free (" << free_gib << ")");
+      return;
+    }
+    const std::string path = test::scratch("huge.npz");
+    const std::uint64_t n = (std::uint64_t{1} << 32) + 4096;  // bytes per member
+    std::vector<char> chunk(std::size_t{1} << 24);
+    {
+      mmnpz::writer w(path);
+      for (const char* name : {"first", "second"}) {
+        auto s = w.begin(name, mmnpz::dtype::of<std::uint8_t>(), {n});
+        for (std::uint64_t done = 0; done < n; done += chunk.size()) {
+          std::fill(chunk.begin(), chunk.end(), static_cast<char>(done >> 24));
+          s.write(chunk.data(), std::min<std::uint64_t>(chunk.size(), n - done));
+        }
+        s.commit();
+      }
+      const std::uint8_t tail = 7;
+      w.write("tail", &tail, {});
+    }
+    mmnpz::reader r(path);
+    CHECK(r.is_zip64());
+    const auto second = r["second"];
+    CHECK(second.file_offset() > (std::uint64_t{1} << 32));
+    CHECK(second.size() == n);
+    CHECK(static_cast<int>(second.data_as<std::uint8_t>()[n - 1]) == 0);  // 256 chunks wrap
+    CHECK(static_cast<int>(second.data_as<std::uint8_t>()[(std::uint64_t{1} << 24) * 3]) == 3);
+    CHECK(r.verify().ok());
+    CHECK(test::python(
+              "import sys, zipfile, numpy as np\n"
+              "z = zipfile.ZipFile(sys.argv[1]); f = np.load(sys.argv[1], mmap_mode='r')\n"
+              "print([i.file_size for i in z.infolist()], int(f['tail']), z.testzip())",
+              path) == "[4294971520, 4294971520, 129] 7 None\n");
+    std::remove(path.c_str());
+  }
+}
