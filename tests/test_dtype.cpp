@@ -1,0 +1,81 @@
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+#include "mmnpz/dtype.hpp"
+
+using mmnpz::byte_order;
+using mmnpz::dtype;
+
+TEST_SUITE("dtype") {
+  TEST_CASE("parses every simple kind numpy writes, with its size and byte order") {
+    struct expect {
+      const char* descr;
+      char kind;
+      std::uint64_t itemsize;
+      byte_order order;
+    };
+    const expect cases[] = {
+        {"|b1", 'b', 1, byte_order::not_applicable}, {"|i1", 'i', 1, byte_order::not_applicable},
+        {"<i8", 'i', 8, byte_order::little},         {">u2", 'u', 2, byte_order::big},
+        {"<f2", 'f', 2, byte_order::little},         {">f8", 'f', 8, byte_order::big},
+        {"<c16", 'c', 16, byte_order::little},       {"|S5", 'S', 5, byte_order::not_applicable},
+        {">U7", 'U', 28, byte_order::big},           {"|V16", 'V', 16, byte_order::not_applicable},
+        {"<M8[ns]", 'M', 8, byte_order::little},     {">m8[D]", 'm', 8, byte_order::big},
+        {"<M8", 'M', 8, byte_order::little},         {"|O", 'O', 8, byte_order::not_applicable},
+        {"<i1", 'i', 1, byte_order::not_applicable},
+    };
+    for (const auto& c : cases) {
+      CAPTURE(c.descr);
+      const dtype t = dtype::parse(c.descr);
+      CHECK(t.kind() == c.kind);
+      CHECK(t.itemsize() == c.itemsize);
+      CHECK(t.order() == c.order);
+    }
+    CHECK(dtype::parse("<M8[10ms]").datetime_unit() == "10ms");
+    CHECK(dtype::parse("<i1").str() == "|i1");
+    CHECK(dtype::parse("|O").has_object());
+    CHECK(dtype::parse("<f4").descr() == "'<f4'");
+  }
+
+  TEST_CASE("refuses malformed descrs with a sentence saying why") {
+    CHECK_THROWS_WITH_AS(dtype::parse("<f3"),
+                         "invalid dtype '<f3': floats have size 2, 4, 8, 12 or 16",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dtype::parse("|f8"),
+                         "invalid dtype '|f8': a multi-byte type needs '<' or '>'",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dtype::parse("<M8[fortnight]"),
+                         "invalid dtype '<M8[fortnight]': unknown datetime unit",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dtype::parse("<q8"), "invalid dtype '<q8': unknown kind 'q'",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dtype::parse("x"), "invalid dtype 'x': too short", std::invalid_argument);
+    CHECK_THROWS_AS(dtype::parse("<i99999999999999999"), std::invalid_argument);
+  }
+
+  TEST_CASE("maps C++ element types to their dtype and checks them") {
+    CHECK(dtype::of<float>().str() == "<f4");
+    CHECK(dtype::of<bool>().str() == "|b1");
+    CHECK(dtype::of<std::uint8_t>().str() == "|u1");
+    CHECK(dtype::of<std::complex<double>>().str() == "<c16");
+    CHECK(dtype::parse("<f4").holds<float>());
+    CHECK_FALSE(dtype::parse(">f4").holds<float>());
+    CHECK_FALSE(dtype::parse("<i4").holds<float>());
+    CHECK_FALSE(dtype::parse("<u4").holds<std::int32_t>());
+  }
+
+  TEST_CASE("lays out structured dtypes as numpy's descr lists them") {
+    mmnpz::field inner{"x", "", dtype::parse("<f4"), {}, 0};
+    mmnpz::field nested{"n", "", dtype::structured({inner}), {2}, 0};
+    mmnpz::field titled{"t", "Title", dtype::parse(">i2"), {}, 0};
+    mmnpz::field pad{"", "", dtype::parse("|V3"), {}, 0};
+    const dtype t = dtype::structured({nested, titled, pad});
+    CHECK(t.itemsize() == 13);
+    CHECK(t.fields()[1].offset == 8);
+    CHECK(t.fields()[2].offset == 10);
+    CHECK(t.descr() == "[('n', [('x', '<f4')], (2,)), (('Title', 't'), '>i2'), ('', '|V3')]");
+    CHECK(t.str() == "|V13");
+    CHECK_FALSE(t.holds<std::uint8_t>());
+  }
+}

@@ -1,0 +1,141 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "mmnpz/error.hpp"
+#include "mmnpz/npy.hpp"
+
+namespace {
+
+// A .npy file: header text padded as numpy pads it, then `data_bytes` zero bytes.
+std::string npy(const std::string& dict, int major = 1, std::size_t data_bytes = 64) {
+  std::string out("\x93NUMPY", 6);
+  out += static_cast<char>(major);
+  out += '\0';
+  const std::size_t prefix = major == 1 ? 10 : 12;
+  std::string text = dict;
+  while ((prefix + text.size() + 1) % 64 != 0) text += ' ';
+  text += '\n';
+  for (std::size_t k = 0; k < prefix - 8; ++k) out += static_cast<char>((text.size() >> (8 * k)) & 0xFF);
+  return out + text + std::string(data_bytes, '\0');
+}
+
+mmnpz::npy_header parse(const std::string& file) {
+  return mmnpz::read_npy_header(file.data(), file.size(), "f.npz", "m.npy", 1000);
+}
+
+std::string error_of(const std::string& file) {
+  try {
+    parse(file);
+  } catch (const mmnpz::error& e) {
+    CHECK(e.code() == mmnpz::errc::corrupt_npy);
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_SUITE("npy") {
+  TEST_CASE("reads keys in any order, Python 2 longs and double quotes") {
+    const auto h = parse(npy("{\"shape\": (2L, 3), 'fortran_order': True, 'descr': \"<i2\"}"));
+    CHECK(h.shape == std::vector<std::uint64_t>{2, 3});
+    CHECK(h.fortran_order);
+    CHECK(h.type.str() == "<i2");
+    CHECK(h.data_offset == 128);  // a 64-byte multiple, as numpy pads
+    CHECK(h.nbytes == 12);
+  }
+
+  TEST_CASE("reads 0-d, empty and version 2.0 and 3.0 headers") {
+    CHECK(parse(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }")).size == 1);
+    CHECK(parse(npy("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 0), }")).nbytes == 0);
+    const auto v2 = parse(npy("{'descr': '|u1', 'fortran_order': False, 'shape': (4,), }", 2));
+    CHECK(v2.major_version == 2);
+    CHECK(v2.data_offset == 128);
+    const auto v3 = parse(npy("{'descr': [('\xe2\x84\xb5', '<u2')], 'fortran_order': False, "
+                              "'shape': (4,), }", 3));
+    CHECK(v3.type.fields()[0].name == "\xe2\x84\xb5");
+  }
+
+  TEST_CASE("decodes latin-1 field names of version 1.0 headers to UTF-8") {
+    const auto h = parse(npy("{'descr': [('caf\xe9', '<u2')], 'fortran_order': False, 'shape': (1,), }"));
+    CHECK(h.type.fields()[0].name == "caf\xc3\xa9");
+  }
+
+  TEST_CASE("reads structured descrs with titles, sub-arrays, nesting and padding") {
+    const auto h = parse(npy("{'descr': [(('T', 'a'), '<i4'), ('b', '>f8', (2, 3)), "
+                             "('c', [('x', '|u1'), ('', '|V3')]), ('', '|V4')], "
+                             "'fortran_order': False, 'shape': (1,), }", 1, 128));
+    CHECK(h.type.itemsize() == 4 + 48 + 4 + 4);
+    CHECK(h.type.fields()[0].title == "T");
+    CHECK(h.type.fields()[1].shape == std::vector<std::uint64_t>{2, 3});
+    CHECK(h.type.fields()[2].type.fields().size() == 2);
+    CHECK(h.type.descr() == "[(('T', 'a'), '<i4'), ('b', '>f8', (2, 3)), "
+                            "('c', [('x', '|u1'), ('', '|V3')]), ('', '|V4')]");
+  }
+
+  TEST_CASE("writes headers numpy's way: padded to 64 bytes, version 2.0 or 3.0 when needed") {
+    const std::string h = mmnpz::make_npy_header(mmnpz::dtype::parse("<f4"), {3, 4}, false);
+    CHECK(h.size() % 64 == 0);
+    const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }";
+    CHECK(h.substr(10, dict.size()) == dict);
+    CHECK(h.back() == '\n');
+    const auto back = mmnpz::read_npy_header((h + std::string(48, '\0')).data(), h.size() + 48);
+    CHECK(back.shape == std::vector<std::uint64_t>{3, 4});
+    std::vector<mmnpz::field> many;
+    for (int i = 0; i < 3000; ++i) {
+      many.push_back({"field_with_a_long_name_" + std::to_string(i), "", mmnpz::dtype::parse("|u1"), {}, 0});
+    }
+    CHECK(mmnpz::make_npy_header(mmnpz::dtype::structured(many), {1}, false)[6] == 2);
+    mmnpz::field aleph{"\xe2\x84\xb5", "", mmnpz::dtype::parse("<u2"), {}, 0};
+    CHECK(mmnpz::make_npy_header(mmnpz::dtype::structured({aleph}), {1}, false)[6] == 3);
+  }
+
+  TEST_CASE("refuses malformed headers, naming the file, member and offset") {
+    CHECK(error_of("\x93NUMPX") == "f.npz: member 'm.npy' at offset 1000: not a .npy array: bad magic");
+    CHECK(error_of(std::string("\x93NUMPY\x04\x00", 8) + "xx") ==
+          "f.npz: member 'm.npy' at offset 1006: unsupported .npy version 4.0");
+    CHECK(error_of(std::string("\x93NUMPY\x01\x00\xff\x00", 10)) ==
+          "f.npz: member 'm.npy' at offset 1010: header length 255 runs past the end of the "
+          "member (0 bytes remain)");
+    CHECK(error_of(npy("['descr']")) ==
+          "f.npz: member 'm.npy' at offset 1010: bad .npy header: the header is not a dictionary");
+    CHECK(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}")) ==
+          "f.npz: member 'm.npy' at offset 1066: bad .npy header: unexpected key (expected "
+          "descr, fortran_order, shape)");
+    CHECK(error_of(npy("{'descr': '<f4', 'fortran_order': False}")) ==
+          "f.npz: member 'm.npy' at offset 1010: bad .npy header: missing key 'shape'");
+    CHECK(error_of(npy("{'descr': '<f5', 'fortran_order': False, 'shape': (1,)}")) ==
+          "f.npz: member 'm.npy' at offset 1020: bad .npy header: invalid dtype '<f5': floats "
+          "have size 2, 4, 8, 12 or 16");
+    CHECK(error_of(npy("{'descr': '<f4', 'fortran_order': 0, 'shape': (1,)}")) ==
+          "f.npz: member 'm.npy' at offset 1044: bad .npy header: fortran_order must be True or "
+          "False");
+    CHECK(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}")) ==
+          "f.npz: member 'm.npy' at offset 1061: bad .npy header: shape must hold non-negative "
+          "integers");
+    CHECK(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, "
+                       "4294967296)}")) ==
+          "f.npz: member 'm.npy' at offset 1060: bad .npy header: shape (4294967296, "
+          "4294967296) overflows");
+    CHECK(error_of(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (17,)}")) ==
+          "f.npz: member 'm.npy' at offset 1128: array data of 68 bytes (shape (17,), <f4) runs "
+          "past the end of the member (64 bytes remain)");
+    std::string deep = "{'descr': ";
+    for (int i = 0; i < 40; ++i) deep += "[('a', ";
+    deep += "'<f4'";
+    for (int i = 0; i < 40; ++i) deep += ")]";
+    CHECK(error_of(npy(deep + ", 'fortran_order': False, 'shape': (1,)}"))
+              .find("bad .npy header: nested too deeply") != std::string::npos);
+    std::string many_dims = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+    for (int i = 0; i < 65; ++i) many_dims += "1,";
+    CHECK(error_of(npy(many_dims + ")}")).find("shape has more than 64 dimensions") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("computes C and Fortran byte strides") {
+    CHECK(mmnpz::byte_strides({2, 3, 4}, 8, false) == std::vector<std::int64_t>{96, 32, 8});
+    CHECK(mmnpz::byte_strides({2, 3, 4}, 8, true) == std::vector<std::int64_t>{8, 16, 48});
+    CHECK(mmnpz::byte_strides({}, 8, false).empty());
+  }
+}
