@@ -360,7 +360,14 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
       parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " overflows");
     }
   }
-  if (!detail::checked_mul(h.size, h.type.itemsize(), h.nbytes)) {
+  // The byte extent ignoring zero dimensions bounds every byte stride, so it must fit in int64
+  // also when the array is empty (numpy refuses such shapes too: "array is too big").
+  std::uint64_t extent = h.type.itemsize();
+  for (auto d : h.shape) {
+    if (d != 0 && !detail::checked_mul(extent, d, extent)) extent = ~std::uint64_t{0};
+  }
+  if (!detail::checked_mul(h.size, h.type.itemsize(), h.nbytes) ||
+      extent > static_cast<std::uint64_t>(INT64_MAX)) {
     parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " of " +
                                    h.type.str() + " overflows");
   }
@@ -372,6 +379,15 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
                  "the member (" + std::to_string(r.remaining()) + " bytes remain)");
   }
   return h;
+}
+
+dtype parse_descr(const std::string& literal) {
+  static const std::string no_path = "<descr>";
+  const detail::context ctx{no_path};
+  literal_parser parser(literal, ctx, 0);
+  const py_value v = parser.parse_document();
+  header_interpreter interp(parser);
+  return interp.dtype_of(v, 0);
 }
 
 std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,

@@ -95,7 +95,7 @@ class archive {
 
   const std::string& path() const { return path_; }
   const directory& dir() const { return dir_; }
-  std::uint64_t file_size() const { return bytes_.size; }
+  const mapped_bytes& file() const { return bytes_; }
 
   const member_info& member(std::size_t index) const {
     if (index >= dir_.members.size()) {
@@ -399,7 +399,12 @@ verify_result reader::verify() const {
 
 void reader::verify(std::string_view key) const { a_->verify(index_of(key)); }
 
-std::uint64_t reader::file_size() const { return a_->file_size(); }
+bytes_view reader::file_bytes() const {
+  const detail::mapped_bytes& f = a_->file();
+  return {f.data, f.size, true, f.keepalive};
+}
+
+std::uint64_t reader::file_size() const { return a_->file().size; }
 std::uint64_t reader::leading_bytes() const { return a_->dir().leading_bytes; }
 std::string_view reader::comment() const { return a_->dir().comment; }
 bool reader::is_zip64() const { return a_->dir().zip64; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 
 #include "detail/byte_reader.hpp"
@@ -35,8 +36,14 @@ std::uint32_t load_le32(const std::byte* p) {
          static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
 }
 
-std::string range(std::uint64_t a, std::uint64_t b) {
-  return "[" + std::to_string(a) + ", " + std::to_string(b) + ")";
+// "[start, start + sizes...)" for messages; sizes come from the file, so the end may pass
+// 2^64 (at most once: it is below 2^65 here), and is then written as "2^64 + rest".
+std::string range(std::uint64_t start, std::initializer_list<std::uint64_t> sizes) {
+  std::uint64_t end = start;
+  bool wrapped = false;
+  for (auto n : sizes) wrapped |= !checked_add(end, n, end);
+  return "[" + std::to_string(start) + ", " + (wrapped ? "2^64 + " : "") + std::to_string(end) +
+         ")";
 }
 
 struct end_record {
@@ -164,7 +171,7 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
   const std::uint64_t cd_end = d.zip64 ? end64 : classic.offset;
   if (e.cd_size > cd_end || e.cd_offset > cd_end - e.cd_size) {
     ctx.fail(errc::corrupt_zip, classic.offset,
-             "central directory " + range(e.cd_offset, e.cd_offset + e.cd_size) +
+             "central directory " + range(e.cd_offset, {e.cd_size}) +
                  " extends past the end record at " + std::to_string(cd_end));
   }
   d.shift = cd_end - e.cd_size - e.cd_offset;
@@ -222,13 +229,26 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
         extra.skip(len, "extra field");
         continue;
       }
-      byte_reader z(extra.take(len, "zip64 extra"), len, extra.offset() - len, mctx,
-                    errc::corrupt_zip);
+      // Taken before take(), since the order in which arguments are evaluated is unspecified.
+      const std::uint64_t z_offset = extra.offset();
+      byte_reader z(extra.take(len, "zip64 extra"), len, z_offset, mctx, errc::corrupt_zip);
+      const auto value = [&](unsigned bytes, const char* what) -> std::uint64_t {
+        if (z.remaining() < bytes) {
+          z.fail("zip64 extra field of " + std::to_string(len) + " bytes has no " + what);
+        }
+        return bytes == 8 ? z.le64() : z.le32();
+      };
       // Fixed order; each value present only when its classic field is saturated.
-      if (m.uncompressed_size == zip::u32_saturated) m.uncompressed_size = z.le64();
-      if (m.compressed_size == zip::u32_saturated) m.compressed_size = z.le64();
-      if (m.local_header_offset == zip::u32_saturated) m.local_header_offset = z.le64();
-      if (disk == zip::u16_saturated) disk = z.le32();
+      if (m.uncompressed_size == zip::u32_saturated) {
+        m.uncompressed_size = value(8, "uncompressed size");
+      }
+      if (m.compressed_size == zip::u32_saturated) {
+        m.compressed_size = value(8, "compressed size");
+      }
+      if (m.local_header_offset == zip::u32_saturated) {
+        m.local_header_offset = value(8, "local header offset");
+      }
+      if (disk == zip::u16_saturated) disk = value(4, "disk number");
     }
     if (disk != 0) {
       mctx.fail(errc::unsupported, entry_offset, "multi-disk archives are not supported");
@@ -241,8 +261,7 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
         !checked_add(end, m.compressed_size, end) || end > d.cd_offset) {
       mctx.fail(errc::corrupt_zip, entry_offset,
                 "member " + range(m.local_header_offset,
-                                  m.local_header_offset + zip::local_header_size +
-                                      name_len + m.compressed_size) +
+                                  {zip::local_header_size + name_len, m.compressed_size}) +
                     " (local header, name and data) runs into the central directory at " +
                     std::to_string(d.cd_offset - d.shift));
     }
@@ -276,7 +295,7 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
     if (a_end > b.local_header_offset) {
       throw error(errc::corrupt_zip, path, std::string(b.name), b.local_header_offset,
                   "overlaps member '" + std::string(a.name) + "' " +
-                      range(a.local_header_offset, a_end));
+                      range(a.local_header_offset, {zip::local_header_size + a.compressed_size}));
     }
   }
   d.leading_bytes = d.members.empty() ? d.cd_offset : at(0).local_header_offset;

@@ -43,6 +43,10 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
 std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,
                             bool fortran_order);
 
+/// The dtype of a descr literal as a .npy header spells it ("'<f4'", "[('a', '<i4')]"),
+/// parsed by the same code as headers. Throws mmnpz::error (errc::corrupt_npy).
+dtype parse_descr(const std::string& literal);
+
 /// Byte strides of an array (C order, or Fortran order).
 std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
                                        std::uint64_t itemsize, bool fortran_order);

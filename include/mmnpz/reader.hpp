@@ -89,6 +89,9 @@ class reader {
   bytes_view bytes(std::string_view key) const { return bytes(index_of(key)); }
   bytes_view bytes(std::size_t index) const;
 
+  /// The whole file as mapped (its keepalive keeps the mapping alive).
+  bytes_view file_bytes() const;
+
   /// Checks the CRC-32 of every member's contents against the directory; never throws for a
   /// bad member (see verify_result), only for OS errors.
   verify_result verify() const;

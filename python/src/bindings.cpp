@@ -1,0 +1,254 @@
+// The _mmnpz extension: a thin layer over the C++ reader and writer. The Python package
+// (python/mmnpz) builds numpy views on top of it; nothing here creates one per member.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "mmnpz/mmnpz.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+// Read-only bytes that Python sees through the buffer protocol, kept alive by a shared_ptr
+// (the file mapping or an inflated buffer).
+struct shared_buffer {
+  std::shared_ptr<const void> keepalive;
+  const std::byte* data;
+  std::size_t size;
+};
+
+py::object& format_error_type() {
+  static py::object* type = nullptr;
+  if (!type) {
+    type = new py::object(py::reinterpret_steal<py::object>(
+        PyErr_NewExceptionWithDoc("mmnpz.FormatError",
+                                  "A corrupt or unsupported .npz file. Attributes: path, member "
+                                  "(empty when not about one) and offset (None when unknown).",
+                                  PyExc_ValueError, nullptr)));
+  }
+  return *type;
+}
+
+// mmnpz::error -> OSError (with errno), KeyError, TypeError, ValueError or FormatError.
+void raise(const mmnpz::error& e) {
+  using mmnpz::errc;
+  switch (e.code()) {
+    case errc::io: {
+      py::object err = py::reinterpret_borrow<py::object>(PyExc_OSError)(
+          e.sys_errno(), std::strerror(e.sys_errno()), e.path());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+      return;
+    }
+    case errc::not_found:
+      PyErr_SetObject(PyExc_KeyError, py::str(e.what()).ptr());
+      return;
+    case errc::type_mismatch:
+      PyErr_SetString(PyExc_TypeError, e.what());
+      return;
+    case errc::invalid_argument:
+      PyErr_SetString(PyExc_ValueError, e.what());
+      return;
+    default: {
+      py::object err = format_error_type()(e.what());
+      err.attr("path") = e.path();
+      err.attr("member") = e.member();
+      err.attr("offset") = e.offset() == mmnpz::error::no_offset
+                               ? py::object(py::none())
+                               : py::object(py::int_(e.offset()));
+      err.attr("code") = static_cast<int>(e.code());
+      PyErr_SetObject(format_error_type().ptr(), err.ptr());
+    }
+  }
+}
+
+mmnpz::open_mode mode_of(const std::string& mode) {
+  if (mode == "x") return mmnpz::open_mode::create;
+  if (mode == "w") return mmnpz::open_mode::truncate;
+  if (mode == "a") return mmnpz::open_mode::append;
+  throw py::value_error("mode must be 'x', 'w' or 'a', not '" + mode + "'");
+}
+
+// A C-contiguous buffer's bytes (any format).
+py::buffer_info bytes_of(const py::buffer& b) {
+  py::buffer_info info = b.request();
+  if (!PyBuffer_IsContiguous(info.view(), 'A')) {
+    throw py::value_error("the data must be contiguous");
+  }
+  return info;
+}
+
+class py_stream {
+ public:
+  explicit py_stream(mmnpz::writer::stream s) : s_(std::move(s)) {}
+  void write(const py::buffer& b) {
+    const py::buffer_info info = bytes_of(b);
+    const auto n = static_cast<std::size_t>(info.size * info.itemsize);
+    py::gil_scoped_release nogil;
+    s_.write(info.ptr, n);
+  }
+  std::uint64_t remaining() const { return s_.remaining(); }
+  void commit() { s_.commit(); }
+
+ private:
+  mmnpz::writer::stream s_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_mmnpz, m) {
+  m.doc() = R"(Memory-mapped .npz archives: the compiled core of the mmnpz package.)";
+  m.attr("FormatError") = format_error_type();
+  m.attr("__version__") = mmnpz::version_string;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const mmnpz::error& e) {
+      raise(e);
+    }
+  });
+
+  py::class_<shared_buffer>(m, "_Buffer", py::buffer_protocol(),
+                            R"(Read-only bytes of a mapping or an inflated member.)")
+      .def_buffer([](shared_buffer& b) {
+        return py::buffer_info(const_cast<std::byte*>(b.data), 1, "B", 1,
+                               {static_cast<py::ssize_t>(b.size)}, {1}, /*readonly=*/true);
+      })
+      .def("__len__", [](const shared_buffer& b) { return b.size; });
+
+  py::class_<mmnpz::reader>(m, "Reader", R"(A memory-mapped .npz archive (see mmnpz::reader).)")
+      .def(py::init<const std::string&>(), py::arg("path"),
+           py::call_guard<py::gil_scoped_release>(),
+           R"(Maps the file and parses its central directory, without the GIL.)")
+      .def_property_readonly("path", &mmnpz::reader::path)
+      .def("__len__", &mmnpz::reader::size)
+      .def("names", &mmnpz::reader::names, R"(Names without '.npy', like numpy's files.)")
+      .def("find", &mmnpz::reader::find, py::arg("key"),
+           R"(The index a key resolves to (full name, or name + '.npy'), or None.)")
+      .def("member", [](const mmnpz::reader& r, std::size_t i) {
+            const mmnpz::member_info& mi = r.member(i);
+            py::dict d;
+            d["name"] = py::str(mi.name.data(), mi.name.size());
+            d["method"] = mi.method;
+            d["flags"] = mi.flags;
+            d["crc32"] = mi.crc32;
+            d["compressed_size"] = mi.compressed_size;
+            d["uncompressed_size"] = mi.uncompressed_size;
+            d["local_header_offset"] = mi.local_header_offset;
+            return d;
+          }, py::arg("index"), R"(The central-directory entry at index, as a dict.)")
+      .def("mapping", [](const mmnpz::reader& r) {
+            const mmnpz::bytes_view whole = r.file_bytes();
+            return shared_buffer{whole.keepalive, whole.data, static_cast<std::size_t>(whole.size)};
+          }, R"(The whole file's mapping as a read-only buffer.)")
+      .def("array", [](const mmnpz::reader& r, std::size_t i) -> py::tuple {
+            mmnpz::array_view v;
+            const char* kind = "array";
+            {
+              // Deflated members are inflated here: without the GIL, and no Python object
+              // may be touched in this scope.
+              py::gil_scoped_release nogil;
+              if (!r.is_array(i)) {
+                kind = "bytes";
+              } else {
+                try {
+                  v = r.array(i);
+                } catch (const mmnpz::error& e) {
+                  if (e.code() != mmnpz::errc::object_array) throw;
+                  kind = "object";
+                }
+              }
+            }
+            if (!v) return py::make_tuple(kind);
+            py::tuple shape(v.ndim());
+            for (std::size_t k = 0; k < v.ndim(); ++k) shape[k] = v.shape()[k];
+            py::object buffer = py::none();
+            if (!v.is_mapped()) {
+              buffer = py::cast(shared_buffer{v.keepalive(), v.data(), static_cast<std::size_t>(v.nbytes())});
+            }
+            return py::make_tuple("array", v.type().descr(), shape, v.fortran_order(),
+                                  v.file_offset(), v.nbytes(), buffer);
+          }, py::arg("index"),
+          R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
+mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
+      .def("bytes", [](const mmnpz::reader& r, std::size_t i) {
+            const mmnpz::bytes_view b = r.bytes(i);
+            return py::bytes(reinterpret_cast<const char*>(b.data), b.size);
+          }, py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
+      .def("verify", [](const mmnpz::reader& r) {
+            mmnpz::verify_result result;
+            {
+              py::gil_scoped_release nogil;
+              result = r.verify();
+            }
+            py::dict failures;
+            for (const auto& e : result.failures) failures[py::str(e.member())] = e.what();
+            return failures;
+          }, R"(Checks every member's CRC-32: {member name: error message} of the bad ones.)")
+      .def("verify_one", [](const mmnpz::reader& r, std::size_t i) {
+            const std::string name(r.member(i).name);
+            py::gil_scoped_release nogil;
+            r.verify(name);
+          }, py::arg("index"), R"(Checks one member; raises FormatError when it is bad.)")
+      .def_property_readonly("file_size", &mmnpz::reader::file_size)
+      .def_property_readonly("leading_bytes", &mmnpz::reader::leading_bytes)
+      .def_property_readonly("comment", [](const mmnpz::reader& r) {
+        return py::bytes(r.comment().data(), r.comment().size());
+      })
+      .def_property_readonly("is_zip64", &mmnpz::reader::is_zip64);
+
+  py::class_<py_stream>(m, "Stream", R"(A member being written in pieces.)")
+      .def("write", &py_stream::write, py::arg("data"))
+      .def_property_readonly("remaining", &py_stream::remaining)
+      .def("commit", &py_stream::commit);
+
+  py::class_<mmnpz::writer>(m, "Writer", R"(Writes an aligned .npz archive (see mmnpz::writer).)")
+      .def(py::init([](const std::string& path, const std::string& mode, std::size_t align,
+                       bool allow_duplicates) {
+             mmnpz::writer_options o{mode_of(mode), align, allow_duplicates};
+             py::gil_scoped_release nogil;
+             return mmnpz::writer(path, o);
+           }),
+           py::arg("path"), py::arg("mode") = "x", py::arg("align") = 64,
+           py::arg("allow_duplicate_names") = false)
+      .def("write", [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
+                       const std::string& descr, const std::vector<std::uint64_t>& shape,
+                       bool fortran_order) {
+             const mmnpz::dtype type = mmnpz::parse_descr(descr);
+             const py::buffer_info info = bytes_of(data);
+             py::gil_scoped_release nogil;
+             w.write(name, info.ptr, type, shape, fortran_order);
+           },
+           py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
+           py::arg("fortran_order") = false,
+           R"(Writes a whole array from a contiguous buffer holding its bytes in the given order.)")
+      .def("begin", [](mmnpz::writer& w, const std::string& name, const std::string& descr,
+                       const std::vector<std::uint64_t>& shape, bool fortran_order) {
+             return py_stream(w.begin(name, mmnpz::parse_descr(descr), shape, fortran_order));
+           },
+           py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false,
+           py::keep_alive<0, 1>(), R"(Starts a member whose bytes arrive in pieces.)")
+      .def("close", &mmnpz::writer::close, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("members_written", &mmnpz::writer::members_written)
+      .def_property_readonly("path", &mmnpz::writer::path);
+
+  m.def("recover", [](const std::string& path) {
+        mmnpz::recover_result r;
+        {
+          py::gil_scoped_release nogil;
+          r = mmnpz::recover(path);
+        }
+        py::dict d;
+        d["members_recovered"] = r.members_recovered;
+        d["bytes_kept"] = r.bytes_kept;
+        d["bytes_cut"] = r.bytes_cut;
+        d["names"] = r.names;
+        d["directory_was_intact"] = r.directory_was_intact;
+        return d;
+      }, py::arg("path"),
+      R"(Rebuilds the central directory of an archive whose writer died before close().)");
+}
