@@ -79,3 +79,17 @@ TEST_SUITE("dtype") {
     CHECK_FALSE(t.holds<std::uint8_t>());
   }
 }
+
+TEST_SUITE("dtype") {
+  TEST_CASE("spells field names in a descr exactly as Python's repr does") {
+    const auto named = [](const std::string& name) {
+      return dtype::structured({{name, "", dtype::parse("<i4"), {}, 0}}).descr();
+    };
+    CHECK(named("it's") == "[(\"it's\", '<i4')]");
+    CHECK(named("a\"b'c") == "[('a\"b\\'c', '<i4')]");
+    CHECK(named("tab\there") == "[('tab\\there', '<i4')]");
+    CHECK(named("a\xc2\xa0" "b") == "[('a\\xa0b', '<i4')]");            // U+00A0
+    CHECK(named("a\xe2\x80\x8b" "b") == "[('a\\u200bb', '<i4')]");      // U+200B
+    CHECK(named("caf\xc3\xa9 \xe2\x84\xb5") == "[('caf\xc3\xa9 \xe2\x84\xb5', '<i4')]");
+  }
+}
