@@ -29,6 +29,7 @@ error::error(errc code, std::string path, std::string member, std::uint64_t offs
       path_(std::move(path)),
       member_(std::move(member)),
       offset_(offset),
-      errno_(sys_errno) {}
+      errno_(sys_errno),
+      detail_(detail) {}
 
 }  // namespace mmnpz

@@ -28,8 +28,11 @@ struct py_value {
 // Recursive-descent parser over the header text; every index is checked against size.
 class literal_parser {
  public:
-  literal_parser(std::string_view text, const detail::context& ctx, std::uint64_t text_offset)
-      : s_(text), ctx_(ctx), base_(text_offset) {}
+  /// `latin1`: the text is latin-1 (.npy v1.0 and v2.0) and its strings are converted to UTF-8
+  /// as they are read, so that positions stay byte offsets in the file.
+  literal_parser(std::string_view text, const detail::context& ctx, std::uint64_t text_offset,
+                 bool latin1 = false)
+      : s_(text), ctx_(ctx), base_(text_offset), latin1_(latin1) {}
 
   py_value parse_document() {
     py_value v = value(0);
@@ -132,7 +135,11 @@ class literal_parser {
       const char c = s_[i_++];
       if (c == quote) return out;
       if (c != '\\') {
-        out += c;
+        if (latin1_) {
+          append_utf8(out, static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
         continue;
       }
       if (i_ >= s_.size()) fail("unterminated string");
@@ -170,6 +177,7 @@ class literal_parser {
   std::string_view s_;
   const detail::context& ctx_;
   std::uint64_t base_;
+  bool latin1_;
   std::size_t i_ = 0;
 };
 
@@ -250,14 +258,6 @@ class header_interpreter {
   const literal_parser& p_;
 };
 
-// latin-1 to UTF-8 (v1.0 and v2.0 headers are latin-1).
-std::string latin1_to_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) append_utf8(out, static_cast<unsigned char>(c));
-  return out;
-}
-
 // UTF-8 to latin-1, or false when a character is above U+00FF (or the text is not UTF-8).
 bool utf8_to_latin1(std::string_view s, std::string& out) {
   out.clear();
@@ -275,6 +275,17 @@ bool utf8_to_latin1(std::string_view s, std::string& out) {
 }
 
 }  // namespace
+
+bool array_nbytes(const std::vector<std::uint64_t>& shape, std::uint64_t itemsize,
+                  std::uint64_t& nbytes) {
+  std::uint64_t extent = itemsize;  // ignoring zero dimensions: bounds every byte stride
+  nbytes = itemsize;
+  for (auto d : shape) {
+    if (d != 0 && !detail::checked_mul(extent, d, extent)) return false;
+    nbytes *= d;  // no overflow: nbytes is 0 or equal to extent
+  }
+  return extent <= static_cast<std::uint64_t>(INT64_MAX);
+}
 
 std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
                                        std::uint64_t itemsize, bool fortran_order) {
@@ -320,8 +331,7 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
   const std::string_view raw = r.take_str(header_len, ".npy header");
   h.data_offset = r.offset() - file_offset;
 
-  const std::string text = h.major_version == 3 ? std::string(raw) : latin1_to_utf8(raw);
-  literal_parser parser(text, ctx, text_offset);
+  literal_parser parser(raw, ctx, text_offset, /*latin1=*/h.major_version != 3);
   const py_value doc = parser.parse_document();
   if (doc.kind != py_value::dict) parser.fail_at(doc.pos, "the header is not a dictionary");
 
@@ -360,14 +370,7 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
       parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " overflows");
     }
   }
-  // The byte extent ignoring zero dimensions bounds every byte stride, so it must fit in int64
-  // also when the array is empty (numpy refuses such shapes too: "array is too big").
-  std::uint64_t extent = h.type.itemsize();
-  for (auto d : h.shape) {
-    if (d != 0 && !detail::checked_mul(extent, d, extent)) extent = ~std::uint64_t{0};
-  }
-  if (!detail::checked_mul(h.size, h.type.itemsize(), h.nbytes) ||
-      extent > static_cast<std::uint64_t>(INT64_MAX)) {
+  if (!array_nbytes(h.shape, h.type.itemsize(), h.nbytes)) {
     parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " of " +
                                    h.type.str() + " overflows");
   }

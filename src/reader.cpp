@@ -272,7 +272,20 @@ class archive {
 
   void make_view(const member_info& m, decoded& d) const {
     const std::string name(m.name);
-    npy_header h = read_npy_header(d.contents, d.contents_size, path_, name, d.contents_offset);
+    npy_header h;
+    if (d.mapped) {
+      h = read_npy_header(d.contents, d.contents_size, path_, name, d.contents_offset);
+    } else {
+      // A byte of the inflated member has no offset in the file: name the member's data
+      // and say where in the inflated bytes.
+      try {
+        h = read_npy_header(d.contents, d.contents_size, path_, name, 0);
+      } catch (const error& e) {
+        throw error(e.code(), path_, name, d.contents_offset,
+                    e.detail() + " (at byte " + std::to_string(e.offset()) +
+                        " of the inflated member)");
+      }
+    }
     if (h.type.has_object()) {
       throw error(errc::object_array, path_, name, error::no_offset,
                   "pickled object arrays cannot be memory-mapped");

@@ -90,10 +90,8 @@ struct writer::impl {
     std::string full = checked_name(name);
     if (type.has_object()) refuse(full, "object arrays cannot be written (they need pickle)");
     if (shape.size() > max_npy_ndim) refuse(full, "too many dimensions");
-    std::uint64_t nbytes = type.itemsize();
-    for (auto d : shape) {
-      if (!detail::checked_mul(nbytes, d, nbytes)) refuse(full, "the array's size overflows");
-    }
+    std::uint64_t nbytes = 0;
+    if (!array_nbytes(shape, type.itemsize(), nbytes)) refuse(full, "the array's size overflows");
     std::string npy = make_npy_header(type, shape, fortran_order);
     std::uint64_t member_size = 0;
     if (!detail::checked_add(npy.size(), nbytes, member_size)) {

@@ -345,3 +345,14 @@ TEST_SUITE("writer") {
     std::remove(path.c_str());
   }
 }
+
+TEST_SUITE("writer") {
+  TEST_CASE("refuses an empty shape whose byte strides would overflow, as numpy does") {
+    const std::string path = test::scratch("empty_huge.npz");
+    mmnpz::writer w(path);
+    CHECK_THROWS_WITH_AS(w.write<std::int32_t>("e", nullptr, {0, 1ull << 32, 1ull << 32}),
+                         (path + ": member 'e.npy': the array's size overflows").c_str(),
+                         mmnpz::error);
+    w.write<std::int32_t>("fine", nullptr, {0, 1ull << 20});
+  }
+}

@@ -43,6 +43,8 @@ class error : public std::runtime_error {
   std::uint64_t offset() const noexcept { return offset_; }
   /// errno for errc::io, else 0.
   int sys_errno() const noexcept { return errno_; }
+  /// The message without the path, member and offset that what() puts before it.
+  const std::string& detail() const noexcept { return detail_; }
 
  private:
   errc code_;
@@ -50,6 +52,7 @@ class error : public std::runtime_error {
   std::string member_;
   std::uint64_t offset_;
   int errno_;
+  std::string detail_;
 };
 
 }  // namespace mmnpz

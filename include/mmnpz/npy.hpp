@@ -47,6 +47,13 @@ std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>&
 /// parsed by the same code as headers. Throws mmnpz::error (errc::corrupt_npy).
 dtype parse_descr(const std::string& literal);
 
+/// The number of bytes of an array of `shape` and `itemsize` into `nbytes`, or false when
+/// the array is too big: its size overflows, or its byte strides do not fit in int64 (the
+/// product of the non-zero dimensions and the item size must, also for an empty array;
+/// numpy refuses such shapes as well).
+bool array_nbytes(const std::vector<std::uint64_t>& shape, std::uint64_t itemsize,
+                  std::uint64_t& nbytes);
+
 /// Byte strides of an array (C order, or Fortran order).
 std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
                                        std::uint64_t itemsize, bool fortran_order);
