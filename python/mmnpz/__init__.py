@@ -42,10 +42,10 @@ MemberInfo = collections.namedtuple(
 )
 MemberInfo.__doc__ = """What NpzReader.info() says of a member.
 
-kind is 'array', 'bytes' (no .npy magic) or 'object' (a pickled object array); dtype, shape,
-fortran_order, offset (of the array data in the file) and alignment (the largest power of
-two up to 65536 dividing offset) are None unless kind is 'array' and the data is stored.
-compressed is True for deflated members."""
+kind is 'array', 'bytes' (no .npy magic) or 'object' (a pickled object array); dtype, shape
+and fortran_order are None unless kind is 'array'; offset (of the array data in the file) and
+alignment (the largest power of two up to 65536 dividing offset) are None unless, moreover,
+the data is stored. compressed is True for deflated members."""
 
 
 def _reopen(cls, path, mmap_mode, cache, preload, allow_pickle):
@@ -159,13 +159,17 @@ class NpzReader(collections.abc.Mapping):
         if item is None:
             item = self._item(index)
             if self._cache:
-                self._by_index[index] = self.arrays[self.files[index]] = item
+                # Threads racing on a first access all get the item stored first (setdefault
+                # is atomic under the GIL; _item releases it while inflating).
+                item = self._by_index.setdefault(index, item)
+                self.arrays[self.files[index]] = item
         if self._cache:
             self._by_key[key] = item
         return item
 
     def __contains__(self, key):
-        return isinstance(key, str) and self._reader is not None and self._reader.find(key) is not None
+        reader = self._open_reader()
+        return isinstance(key, str) and reader.find(key) is not None
 
     def __iter__(self):
         return iter(self.files)

@@ -1,0 +1,171 @@
+"""Errors: OSError subclasses for the OS, KeyError for a missing member, mmnpz.FormatError (a
+ValueError with .path, .member and .offset) for a corrupt file; verify() and info()."""
+
+import struct
+
+import numpy as np
+import pytest
+
+import mmnpz
+from mmnpz import FormatError
+
+
+@pytest.fixture
+def npz(tmp_path):
+    path = tmp_path / "e.npz"
+    np.savez(path, a=np.arange(1000, dtype="<i8"), b=np.ones((10, 10), dtype=">f4"))
+    return path
+
+
+def npy_start(raw, member):
+    """File offset of the .npy magic of a member in raw archive bytes."""
+    return raw.index(b"\x93NUMPY", raw.index(member.encode()))
+
+
+def test_format_error_is_a_value_error_exported_by_the_package():
+    assert issubclass(FormatError, ValueError)
+    assert mmnpz.FormatError is mmnpz._mmnpz.FormatError
+
+
+def test_a_missing_file_raises_file_not_found_error(tmp_path):
+    path = tmp_path / "nope.npz"
+    with pytest.raises(FileNotFoundError) as e:
+        mmnpz.load(path)
+    assert e.value.filename == str(path)
+
+
+def test_a_directory_raises_is_a_directory_error(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        mmnpz.load(tmp_path)
+
+
+def test_a_missing_member_raises_key_error(npz):
+    reader = mmnpz.load(npz)
+    for key in ("c", "a.npy.npy", "A"):
+        with pytest.raises(KeyError):
+            reader[key]
+        with pytest.raises(KeyError):
+            reader.info(key)
+        with pytest.raises(KeyError):
+            reader.verify(key)
+        with pytest.raises(KeyError):
+            reader.load(key)
+
+
+@pytest.mark.parametrize("keep", [0, 21, 0.5, -1])
+def test_a_truncated_archive_raises_format_error_naming_the_file(npz, keep):
+    raw = npz.read_bytes()
+    keep = int(len(raw) * keep) if isinstance(keep, float) else keep % len(raw)
+    npz.write_bytes(raw[:keep])
+    with pytest.raises(FormatError) as e:
+        mmnpz.load(npz)
+    assert e.value.path == str(npz)
+    assert e.value.member == ""
+    assert e.value.offset is None or 0 <= e.value.offset <= keep
+    assert str(npz) in str(e.value)
+
+
+def test_a_file_that_is_not_a_zip_raises_format_error(tmp_path):
+    path = tmp_path / "text.npz"
+    path.write_bytes(b"this is not an archive\n" * 10)
+    with pytest.raises(FormatError):
+        mmnpz.load(path)
+    np.save(tmp_path / "plain.npy", np.arange(3))
+    with pytest.raises(FormatError):
+        mmnpz.load(tmp_path / "plain.npy")
+
+
+def test_a_damaged_npy_header_raises_format_error_naming_member_and_offset(npz):
+    raw = bytearray(npz.read_bytes())
+    start = npy_start(raw, "b.npy")
+    header = raw.index(b"'descr'", start)
+    raw[header:header + 7] = b"'dexcr'"
+    npz.write_bytes(raw)
+    reader = mmnpz.load(npz)  # opening reads the directory only
+    assert reader["a"].sum() == 999 * 1000 // 2
+    for use in (lambda: reader["b"], lambda: reader.info("b")):
+        with pytest.raises(FormatError) as e:
+            use()
+        assert e.value.path == str(npz)
+        assert e.value.member == "b.npy"
+        assert start <= e.value.offset < len(raw)
+        assert "b.npy" in str(e.value)
+    assert set(reader.verify()) == {"b.npy"}
+
+
+def test_a_member_running_past_its_room_raises_format_error(npz):
+    raw = bytearray(npz.read_bytes())
+    entry = raw.index(b"PK\x01\x02")  # central directory entry of a.npy
+    raw[entry + 20:entry + 28] = struct.pack("<II", 0x7FFFFFF0, 0x7FFFFFF0)
+    npz.write_bytes(raw)
+    with pytest.raises(FormatError) as e:
+        mmnpz.load(npz)["a"]
+    assert e.value.path == str(npz)
+    assert e.value.member == "a.npy"
+    assert isinstance(e.value.offset, int)
+
+
+def test_verify_names_the_member_whose_data_byte_changed(npz):
+    reader = mmnpz.load(npz)
+    assert reader.verify() == {}
+    assert reader.verify("a") is None and reader.verify("b.npy") is None
+    offset = reader.info("a").offset + 100
+    reader.close()
+    raw = bytearray(npz.read_bytes())
+    raw[offset] ^= 0x40
+    npz.write_bytes(raw)
+    reader = mmnpz.load(npz)
+    failures = reader.verify()
+    assert list(failures) == ["a.npy"]
+    assert "a.npy" in failures["a.npy"] and "CRC" in failures["a.npy"]
+    assert reader.verify("b") is None
+    with pytest.raises(FormatError) as e:
+        reader.verify("a")
+    assert e.value.path == str(npz) and e.value.member == "a.npy"
+    assert isinstance(e.value.offset, int)
+    assert reader["a"][12] != 12  # the data itself still maps: verify() is the check
+
+
+def test_info_describes_a_stored_array(npz):
+    reader = mmnpz.load(npz)
+    info = reader.info("b")
+    assert isinstance(info, mmnpz.MemberInfo)
+    assert info.name == "b.npy" and info.kind == "array"
+    assert info.dtype == np.dtype(">f4") and info.shape == (10, 10)
+    assert info.fortran_order is False and info.compressed is False
+    assert info.nbytes == 400
+    data = reader.mmap[info.offset:info.offset + 400].tobytes()
+    assert data == np.ones((10, 10), ">f4").tobytes()
+    assert info.offset % info.alignment == 0
+    assert info.alignment == 65536 or info.offset % (2 * info.alignment) != 0
+    assert reader.info("b.npy") == info
+
+
+def test_info_describes_a_fortran_array(tmp_path):
+    np.savez(tmp_path / "f.npz", f=np.asfortranarray(np.zeros((3, 4), "<i2")))
+    info = mmnpz.load(tmp_path / "f.npz").info("f")
+    assert info.fortran_order is True and info.shape == (3, 4) and info.dtype == np.int16
+
+
+def test_info_describes_deflated_and_non_array_members(mixed_npz):
+    reader = mmnpz.load(mixed_npz)
+    packed = reader.info("packed")
+    assert packed.kind == "array" and packed.compressed is True
+    assert packed.dtype == np.dtype(">f8") and packed.shape == (1000,)
+    assert packed.fortran_order is False and packed.nbytes == 8000
+    assert packed.offset is None and packed.alignment is None
+    assert reader.info("packed_f").fortran_order is True
+    for key, compressed in (("readme.txt", False), ("meta.json", True)):
+        info = reader.info(key)
+        assert info.kind == "bytes" and info.compressed is compressed
+        assert info.nbytes == len(reader[key])
+        assert info.dtype is info.shape is info.offset is info.alignment is None
+    objects = reader.info("objects")
+    assert objects.kind == "object" and objects.dtype is None and objects.offset is None
+
+
+def test_a_dtype_mismatch_raises_type_error(tmp_path):
+    with mmnpz.NpzWriter(tmp_path / "t.npz") as writer:
+        with pytest.raises(TypeError):
+            with writer.begin("s", "<i4", (2,)) as stream:
+                stream.write(np.zeros(2, "<i8"))

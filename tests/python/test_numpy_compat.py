@@ -1,0 +1,120 @@
+"""mmnpz.load behaves as numpy's NpzFile (np.load of an .npz) for every member kind."""
+
+import io
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+
+import mmnpz
+
+
+def _npy(array):
+    bio = io.BytesIO()
+    np.lib.format.write_array(bio, array)
+    return bio.getvalue()
+
+
+@pytest.fixture
+def pair(mixed_npz):
+    """(mmnpz reader, numpy NpzFile) of the same mixed archive."""
+    with np.load(mixed_npz) as expected:
+        yield mmnpz.load(mixed_npz), expected
+
+
+def test_files_lists_every_member_as_numpy_does_including_compressed_and_non_npy(pair):
+    reader, expected = pair
+    assert reader.files == expected.files
+    assert {"packed", "packed_f", "readme.txt", "meta.json", "objects"} <= set(reader.files)
+
+
+def test_keys_work_with_and_without_npy(pair, assert_same):
+    reader, expected = pair
+    for key in ("a", "a.npy", "dir/sub", "dir/sub.npy", "packed", "packed.npy", "readme.txt"):
+        assert key in reader
+        assert_same(reader[key], expected[key], key)
+    assert reader["a"] is reader["a.npy"]
+
+
+def test_missing_keys_are_not_in_the_reader_and_raise_key_error(pair):
+    reader, expected = pair
+    for key in ("nope", "readme", "a.np", "A", "", "objects.npy.npy"):
+        assert key not in reader and key not in expected
+        with pytest.raises(KeyError):
+            reader[key]
+    assert 3 not in reader
+
+
+def test_attribute_access_through_f(pair, assert_same):
+    reader, expected = pair
+    assert_same(reader.f.a, expected.f.a)
+    assert_same(reader.f.packed, expected.f.packed)
+    assert sorted(dir(reader.f)) == sorted(dir(expected.f))
+    with pytest.raises(AttributeError):
+        reader.f.nope
+
+
+def test_len_iteration_and_mapping_methods_match_numpy(pair, assert_same):
+    reader, expected = pair
+    readable = [k for k in expected.files if k != "objects"]
+    assert len(reader) == len(expected)
+    assert list(reader) == list(expected)
+    assert list(reader.keys()) == list(expected.keys())
+    for key in readable:
+        assert_same(reader.get(key), expected.get(key), key)
+    assert reader.get("nope") is None
+    assert reader.get("nope", 7) == 7
+    allowed = mmnpz.load(reader.path, allow_pickle=True)
+    with np.load(reader.path, allow_pickle=True) as everything:
+        got_items, want_items = list(allowed.items()), list(everything.items())
+        assert [k for k, _ in got_items] == [k for k, _ in want_items]
+        for (key, got), (_, want) in zip(got_items, want_items):
+            assert_same(got, want, key)
+        for got, want in zip(allowed.values(), everything.values()):
+            assert_same(got, want)
+
+
+def test_deflated_members_are_ordinary_writable_arrays_equal_to_numpys(pair, assert_same):
+    reader, expected = pair
+    for key in ("packed", "packed_f"):
+        item = reader[key]
+        assert type(item) is np.ndarray
+        assert item.flags.writeable == expected[key].flags.writeable
+        assert not np.shares_memory(item, reader.mmap)
+        assert_same(item, expected[key], key)
+        assert reader[key] is item  # inflated once, then cached
+
+
+def test_non_npy_members_come_back_as_bytes(pair):
+    reader, expected = pair
+    for key in ("readme.txt", "meta.json"):
+        assert type(reader[key]) is bytes
+        assert reader[key] == expected[key]
+
+
+def test_object_arrays_raise_value_error_unless_allow_pickle(pair, assert_same):
+    reader, expected = pair
+    with pytest.raises(ValueError):
+        expected["objects"]
+    with pytest.raises(ValueError):
+        reader["objects"]
+    assert "objects" not in reader.arrays
+    with np.load(reader.path, allow_pickle=True) as pickled:
+        got = mmnpz.load(reader.path, allow_pickle=True)["objects"]
+        assert_same(got, pickled["objects"])
+        assert got.tolist() == [1, "two", None]
+
+
+def test_duplicate_names_resolve_to_the_last_member_as_numpy(tmp_path, assert_same):
+    path = tmp_path / "dup.npz"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("x.npy", _npy(np.arange(3)))
+            zf.writestr("x.npy", _npy(np.ones((2, 2), ">f4")))
+    reader = mmnpz.load(path)
+    with np.load(path) as expected:
+        assert reader.files == expected.files == ["x", "x"]
+        assert_same(reader["x"], expected["x"])
+        assert_same(reader["x.npy"], expected["x.npy"])

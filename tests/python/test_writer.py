@@ -1,0 +1,312 @@
+"""NpzWriter and mmnpz.savez: what they write reads back identically with np.load, zipfile and
+mmnpz, with every array's data aligned in the file."""
+
+import os
+import struct
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+
+import mmnpz
+
+
+def data_offsets(path):
+    """{member name: file offset of its array data}, found from the raw bytes with zipfile's
+    directory and the local and .npy headers (not from mmnpz)."""
+    raw = path.read_bytes()
+    offsets = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            pos = info.header_offset
+            assert raw[pos:pos + 4] == b"PK\x03\x04"
+            name_len, extra_len = struct.unpack_from("<HH", raw, pos + 26)
+            npy = pos + 30 + name_len + extra_len
+            assert raw[npy:npy + 6] == b"\x93NUMPY"
+            if raw[npy + 6] == 1:
+                (header_len,) = struct.unpack_from("<H", raw, npy + 8)
+                offsets[info.filename] = npy + 10 + header_len
+            else:
+                (header_len,) = struct.unpack_from("<I", raw, npy + 8)
+                offsets[info.filename] = npy + 12 + header_len
+    return offsets
+
+
+def test_everything_written_reads_back_as_np_savez_of_the_same_arrays(tmp_path, sample_arrays,
+                                                                      assert_same):
+    ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+    with mmnpz.NpzWriter(ours) as writer:
+        for name, array in sample_arrays.items():
+            writer.write(name, array)
+    np.savez(theirs, **sample_arrays)
+    with np.load(ours) as got, np.load(theirs) as want:
+        assert got.files == want.files == list(sample_arrays)
+        for name in want.files:
+            assert_same(got[name], want[name], name)
+    reader = mmnpz.load(ours)
+    with np.load(theirs) as want:
+        for name in want.files:
+            assert_same(reader[name], want[name], name)
+    assert reader.verify() == {}
+
+
+def test_zipfile_finds_no_error_in_a_written_archive(tmp_path, sample_arrays):
+    path = tmp_path / "w.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        for name, array in sample_arrays.items():
+            writer.write(name, array)
+    with zipfile.ZipFile(path) as zf:
+        assert zf.testzip() is None
+        assert [i.compress_type for i in zf.infolist()] == [zipfile.ZIP_STORED] * len(sample_arrays)
+
+
+@pytest.mark.parametrize("value", [
+    [1, 2, 3], [[1.5, 2.5], [3.5, 4.5]], 7, 2.5, True, 1 + 2j, "text", b"raw", [],
+    np.float32(1.25), np.int16(-3),
+], ids=repr)
+def test_lists_and_scalars_are_written_as_np_savez_writes_them(tmp_path, value, assert_same):
+    ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+    with mmnpz.NpzWriter(ours) as writer:
+        writer.write("v", value)
+    np.savez(theirs, v=value)
+    assert_same(np.load(ours)["v"], np.load(theirs)["v"])
+
+
+@pytest.mark.parametrize("align", [64, 4096])
+def test_every_arrays_data_is_aligned(tmp_path, sample_arrays, align):
+    path = tmp_path / "aligned.npz"
+    with mmnpz.NpzWriter(path, align=align) as writer:
+        for name, array in sample_arrays.items():
+            writer.write(name, array)
+        with writer.begin("streamed", "<f4", (5, 7)) as stream:
+            stream.write(np.ones((5, 7), "<f4"))
+    offsets = data_offsets(path)
+    reader = mmnpz.load(path)
+    assert len(offsets) == len(reader) == len(sample_arrays) + 1
+    for key in reader.files:
+        info = reader.info(key)
+        assert info.offset == offsets[key + ".npy"], key
+        assert info.offset % align == 0, key
+        assert info.alignment >= align, key
+        assert info.offset % info.alignment == 0, key
+        assert reader[key].__array_interface__["data"][0] % align == 0, key
+
+
+def test_a_large_strided_view_is_written_correctly_without_a_full_copy(scratch_path):
+    base = np.arange(6000 * 6000, dtype=np.int64).reshape(6000, 6000)
+    view = base[::2, ::3]  # 48 MB, neither C- nor Fortran-contiguous
+    path = scratch_path / "strided.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        tracemalloc.start()
+        try:
+            writer.write("v", view)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < view.nbytes // 2  # numpy reports its allocations to tracemalloc
+    got = np.load(path)["v"]
+    assert got.flags.c_contiguous and got.shape == (3000, 2000)
+    assert np.array_equal(got, view)
+    assert got[1234, 1567] == 2468 * 6000 + 1567 * 3
+
+
+def test_object_arrays_are_refused_before_a_byte_is_written(tmp_path):
+    path = tmp_path / "o.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        writer.write("a", np.arange(3))
+        size = path.stat().st_size
+        for refused in (np.array([1, None], dtype=object), [1, "a", None],
+                        np.zeros(2, dtype=[("x", "<i4"), ("o", "O")])):
+            with pytest.raises(ValueError):
+                writer.write("o", refused)
+            assert path.stat().st_size == size
+        with pytest.raises(ValueError):
+            writer.begin("o", object, (2,))
+        assert path.stat().st_size == size
+        writer.write("b", np.arange(4))
+    with np.load(path) as npz:
+        assert npz.files == ["a", "b"]
+
+
+@pytest.mark.parametrize("name", ["", "/abs", "../up", "a/../b", "a\\b", "a\x00b", "a"])
+def test_invalid_names_are_refused_before_a_byte_is_written(tmp_path, name):
+    path = tmp_path / "n.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        writer.write("a", np.arange(3))
+        size = path.stat().st_size
+        with pytest.raises(ValueError):
+            writer.write(name, np.arange(1000))
+        assert path.stat().st_size == size
+        with pytest.raises(ValueError):
+            writer.begin(name, "<f8", (10,))
+        assert path.stat().st_size == size
+    with zipfile.ZipFile(path) as zf:
+        assert zf.namelist() == ["a.npy"] and zf.testzip() is None
+
+
+def test_a_name_that_is_not_a_str_raises_type_error(tmp_path):
+    with mmnpz.NpzWriter(tmp_path / "t.npz") as writer:
+        with pytest.raises(TypeError):
+            writer.write(3, np.arange(3))
+
+
+def test_mode_x_refuses_an_existing_file_and_leaves_it_alone(tmp_path):
+    path = tmp_path / "x.npz"
+    np.savez(path, a=np.arange(3))
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError):
+        mmnpz.NpzWriter(path)
+    with pytest.raises(FileExistsError) as e:
+        mmnpz.NpzWriter(path, mode="x")
+    assert e.value.filename == str(path)
+    assert path.read_bytes() == before
+
+
+def test_mode_x_creates_a_new_file(tmp_path):
+    path = tmp_path / "new.npz"
+    with mmnpz.NpzWriter(path, "x") as writer:
+        writer.write("a", [1, 2])
+    assert np.load(path)["a"].tolist() == [1, 2]
+
+
+def test_mode_w_replaces_an_existing_archive(tmp_path):
+    path = tmp_path / "w.npz"
+    np.savez(path, old=np.arange(1000))
+    with mmnpz.NpzWriter(path, "w") as writer:
+        writer.write("new", [1.0])
+    with np.load(path) as npz:
+        assert npz.files == ["new"]
+        assert npz["new"].tolist() == [1.0]
+
+
+def test_mode_a_appends_to_an_archive_written_by_numpy(tmp_path, assert_same):
+    path = tmp_path / "a.npz"
+    old = {"x": np.arange(5, dtype=">i2"), "y": np.asfortranarray(np.eye(3))}
+    np.savez(path, **old)
+    with mmnpz.NpzWriter(path, "a") as writer:
+        writer.write("z", np.linspace(0, 1, 9))
+    with mmnpz.NpzWriter(path, mode="a") as writer:
+        writer.write("w", ["a", "bc"])
+    with np.load(path) as npz:
+        assert npz.files == ["x", "y", "z", "w"]
+        for key, array in old.items():
+            assert_same(npz[key], array, key)
+        assert np.array_equal(npz["z"], np.linspace(0, 1, 9))
+        assert npz["w"].tolist() == ["a", "bc"]
+    with zipfile.ZipFile(path) as zf:
+        assert zf.testzip() is None
+    assert mmnpz.load(path).verify() == {}
+
+
+def test_mode_a_refuses_a_name_already_in_the_archive(tmp_path):
+    path = tmp_path / "a.npz"
+    np.savez(path, x=np.arange(5))
+    with mmnpz.NpzWriter(path, "a") as writer:
+        size = path.stat().st_size
+        with pytest.raises(ValueError):
+            writer.write("x", [1])
+        assert path.stat().st_size == size
+    assert np.load(path)["x"].tolist() == list(range(5))
+
+
+@pytest.mark.parametrize("mode", ["r", "r+", "wb", "", None])
+def test_an_unsupported_writer_mode_raises_value_error(tmp_path, mode):
+    with pytest.raises(ValueError):
+        mmnpz.NpzWriter(tmp_path / "m.npz", mode)
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_a_closed_writer_raises_value_error(tmp_path):
+    writer = mmnpz.NpzWriter(tmp_path / "c.npz")
+    writer.close()
+    writer.close()  # idempotent
+    with pytest.raises(ValueError):
+        writer.write("a", [1])
+    with pytest.raises(ValueError):
+        writer.begin("a", "<i4", (1,))
+
+
+def test_a_streamed_member_equals_the_whole_array(tmp_path, assert_same):
+    want = np.arange(6 * 5 * 4, dtype=">f4").reshape(6, 5, 4)
+    path = tmp_path / "s.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        with writer.begin("s", want.dtype, want.shape) as stream:
+            assert stream.remaining == want.nbytes
+            for start in range(0, 6, 4):
+                stream.write(want[start:start + 4])  # arrays of the member's dtype
+            assert stream.remaining == 0
+        with writer.begin("raw", "<u2", (3,)) as stream:
+            stream.write(np.array([1, 2], "<u2").tobytes())  # or bytes
+            stream.write(memoryview(np.array([65535], "<u2").tobytes()))
+        fortran = np.asfortranarray(np.arange(12, dtype="<i8").reshape(3, 4))
+        with writer.begin("f", "<i8", (3, 4), fortran_order=True) as stream:
+            stream.write(fortran.T.reshape(-1))  # Fortran order: columns one after another
+    with np.load(path) as npz:
+        assert_same(npz["s"], want)
+        assert npz["raw"].tolist() == [1, 2, 65535]
+        assert_same(npz["f"], fortran)
+    assert_same(mmnpz.load(path)["s"], want)
+
+
+def test_an_incomplete_stream_raises_value_error_and_leaves_no_member(tmp_path):
+    path = tmp_path / "i.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        writer.write("before", [1])
+        with pytest.raises(ValueError):
+            with writer.begin("short", "<f8", (10,)) as stream:
+                stream.write(np.zeros(5))
+        with pytest.raises(ValueError):
+            with writer.begin("long", "<f8", (2,)) as stream:
+                stream.write(np.zeros(5))
+        with pytest.raises(RuntimeError):
+            with writer.begin("interrupted", "<f8", (2,)) as stream:
+                stream.write(np.zeros(1))
+                raise RuntimeError("the producer failed")
+        writer.write("after", [2])
+    with np.load(path) as npz:
+        assert npz.files == ["before", "after"]
+        assert npz["after"].tolist() == [2]
+    with zipfile.ZipFile(path) as zf:
+        assert zf.testzip() is None
+
+
+def test_a_chunk_of_another_dtype_raises_type_error(tmp_path):
+    with mmnpz.NpzWriter(tmp_path / "t.npz") as writer:
+        with pytest.raises(TypeError):
+            with writer.begin("s", "<f8", (2,)) as stream:
+                stream.write(np.zeros(2, "<f4"))
+
+
+def test_savez_equals_np_savez(tmp_path, assert_same):
+    a, b = np.arange(10, dtype=">i4"), np.asfortranarray(np.eye(3))
+    c = np.array([(1, 2.0)], dtype=[("i", "<i2"), ("f", "<f8")])
+    mmnpz.savez(tmp_path / "ours.npz", a, b, x=c, y=[1, 2])
+    np.savez(tmp_path / "theirs.npz", a, b, x=c, y=[1, 2])
+    with np.load(tmp_path / "ours.npz") as got, np.load(tmp_path / "theirs.npz") as want:
+        assert got.files == want.files
+        for key in want.files:
+            assert_same(got[key], want[key], key)
+    reader = mmnpz.load(tmp_path / "ours.npz")
+    assert all(reader.info(key).alignment >= 64 for key in reader)
+
+
+def test_savez_replaces_an_existing_file_as_np_savez(tmp_path):
+    path = tmp_path / "s.npz"
+    np.savez(path, old=[1])
+    mmnpz.savez(path, new=[2])
+    assert np.load(path).files == ["new"]
+
+
+def test_savez_appends_npz_to_a_name_without_it_as_numpy(tmp_path):
+    mmnpz.savez(tmp_path / "plain", a=[1])
+    np.savez(tmp_path / "numpy", a=[1])
+    assert sorted(os.listdir(tmp_path)) == ["numpy.npz", "plain.npz"]
+
+
+def test_savez_refuses_a_keyword_clashing_with_a_positional_name(tmp_path):
+    with pytest.raises(ValueError):
+        np.savez(tmp_path / "n.npz", [1], arr_0=[2])
+    with pytest.raises(ValueError):
+        mmnpz.savez(tmp_path / "m.npz", [1], arr_0=[2])
+    assert os.listdir(tmp_path) == []
