@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "detail/byte_reader.hpp"
+#include "detail/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/zip_directory.hpp"
 #include "detail/zip_format.hpp"
@@ -54,10 +55,7 @@ class name_table {
   std::size_t mask_ = 0;
 };
 
-std::uint32_t crc32_of(const std::byte* p, std::uint64_t n) {
-  return static_cast<std::uint32_t>(
-      ::crc32_z(0, reinterpret_cast<const Bytef*>(p), static_cast<z_size_t>(n)));
-}
+std::uint32_t crc32_of(const std::byte* p, std::uint64_t n) { return crc32(0, p, n); }
 
 std::string hex32(std::uint32_t v) {
   char buf[11];

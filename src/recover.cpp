@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "detail/byte_reader.hpp"
+#include "detail/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/zip_directory.hpp"
 #include "detail/zip_format.hpp"
@@ -30,7 +31,7 @@ std::uint32_t sig_at(const std::byte* p, std::uint64_t size, std::uint64_t pos) 
 bool contents_crc(const std::byte* data, std::uint64_t csize, std::uint16_t method,
                   std::uint64_t usize, std::uint32_t& crc) {
   if (method == zip::method_stored) {
-    crc = static_cast<std::uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(data), csize));
+    crc = detail::crc32(0, data, csize);
     return csize == usize;
   }
   z_stream z{};
@@ -49,7 +50,7 @@ bool contents_crc(const std::byte* data, std::uint64_t csize, std::uint16_t meth
     z.next_out = buf;
     rc = ::inflate(&z, Z_NO_FLUSH);
     const uInt n = static_cast<uInt>(sizeof buf - z.avail_out);
-    crc = static_cast<std::uint32_t>(::crc32_z(crc, buf, n));
+    crc = detail::crc32(crc, buf, n);
     produced += n;
     if (rc == Z_BUF_ERROR && (z.avail_in > 0 || in_left > 0)) rc = Z_OK;
   }

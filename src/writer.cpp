@@ -1,15 +1,18 @@
 #include "mmnpz/writer.hpp"
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
 #include "detail/byte_reader.hpp"
+#include "detail/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/utf8.hpp"
 #include "detail/zip_directory.hpp"
@@ -29,9 +32,13 @@ namespace {
 constexpr std::size_t max_alignment = 65536;
 constexpr std::uint64_t max_extra_len = 0xFFFF;
 constexpr std::size_t align_record_min = 6;  // id, length, u16 alignment
-// Data is checksummed and written in pieces this large, so each piece is still in cache
-// when write(2) copies it.
+// Data is written in pieces this large and each is checksummed right after write(2) copied
+// it, while it is still in cache.
 constexpr std::size_t write_chunk = std::size_t{1} << 20;
+// Arrays up to this size are checksummed first, so that the local header goes out complete
+// with the data in one system call.
+constexpr std::size_t small_array = std::size_t{1} << 20;
+constexpr std::size_t crc_field = 14;  // offset of the CRC-32 in a local header
 
 }  // namespace
 
@@ -54,6 +61,9 @@ struct writer::impl {
   std::uint64_t cur_data = 0;  // absolute offset of the next data byte
   std::uint64_t cur_left = 0;  // array bytes still expected
   std::uint32_t cur_crc = 0;
+  std::string head;          // local header + .npy header, until written with the first data
+  bool head_written = false;
+  bool crc_in_head = false;  // else it is patched into the local header at commit
 
   [[noreturn]] void refuse(std::string_view name, const std::string& why) const {
     throw error(errc::invalid_argument, path, std::string(name), error::no_offset, why);
@@ -144,9 +154,10 @@ struct writer::impl {
       local.append(pad - align_record_min, '\0');
     }
     local += npy;
-    cur_crc = static_cast<std::uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(npy.data()), npy.size()));
-    write_at(local.data(), local.size(), pos);
-    cur_data = pos + local.size();
+    cur_crc = detail::crc32(0, npy.data(), npy.size());
+    head = std::move(local);
+    head_written = crc_in_head = false;
+    cur_data = pos + head.size();
     cur_left = nbytes;
     active = true;
     ++member_id;
@@ -162,18 +173,49 @@ struct writer::impl {
     const auto* p = static_cast<const unsigned char*>(data);
     while (n > 0) {
       const std::size_t k = n < write_chunk ? n : write_chunk;
-      cur_crc = static_cast<std::uint32_t>(::crc32_z(cur_crc, p, k));
       try {
-        write_at(p, k, cur_data);
+        write_piece(p, k);
       } catch (...) {
         abandon();
         throw;
       }
+      cur_crc = detail::crc32(cur_crc, p, k);
       cur_data += k;
       cur_left -= k;
       p += k;
       n -= k;
     }
+  }
+
+  // A whole small array: checksummed first, then header and data in one system call.
+  void write_small(const void* data, std::size_t n) {
+    cur_crc = detail::crc32(cur_crc, data, n);
+    set_head_crc(cur_crc);
+    try {
+      write_piece(data, n);
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    cur_data += n;
+    cur_left = 0;
+  }
+
+  // Writes the pending headers together with the first piece of data, or the piece alone.
+  void write_piece(const void* p, std::size_t k) {
+    if (head_written) {
+      write_at(p, k, cur_data);
+      return;
+    }
+    const iovec parts[2] = {{head.data(), head.size()}, {const_cast<void*>(p), k}};
+    detail::pwritev_all(fd, parts, k ? 2 : 1, pos, path);
+    file_end = std::max(file_end, pos + head.size() + k);
+    head_written = true;
+  }
+
+  void set_head_crc(std::uint32_t crc) {
+    crc_in_head = true;
+    for (int b = 0; b < 4; ++b) head[crc_field + b] = static_cast<char>((crc >> (8 * b)) & 0xFF);
   }
 
   void commit() {
@@ -185,10 +227,15 @@ struct writer::impl {
       refuse(name, std::to_string(left) + " bytes of the array are missing; the member was "
                                           "abandoned");
     }
-    std::string crc;
-    put32(crc, cur_crc);
     try {
-      write_at(crc.data(), crc.size(), pos + 14);
+      if (!head_written) {  // an empty array, or a small one
+        set_head_crc(cur_crc);
+        write_piece(nullptr, 0);
+      } else if (!crc_in_head) {
+        std::string crc;
+        put32(crc, cur_crc);
+        write_at(crc.data(), crc.size(), pos + crc_field);
+      }
     } catch (...) {
       abandon();
       throw;
@@ -304,7 +351,11 @@ void writer::write(std::string_view name, const void* data, const dtype& type,
     p_->abandon();
     p_->refuse(name, "no data given for a non-empty array");
   }
-  p_->write_data(data, static_cast<std::size_t>(n));
+  if (n <= small_array) {
+    p_->write_small(data, static_cast<std::size_t>(n));
+  } else {
+    p_->write_data(data, static_cast<std::size_t>(n));
+  }
   p_->commit();
 }
 

@@ -99,4 +99,26 @@ void pwrite_all(int fd, const void* data, std::size_t n, std::uint64_t offset,
   }
 }
 
+void pwritev_all(int fd, const struct iovec* parts, int count, std::uint64_t offset,
+                 const std::string& path) {
+  std::size_t total = 0;
+  for (int i = 0; i < count; ++i) total += parts[i].iov_len;
+  const ssize_t w = ::pwritev(fd, parts, count, static_cast<off_t>(offset));
+  if (w >= 0 && static_cast<std::size_t>(w) == total) return;
+  if (w < 0 && errno != EINTR) throw error(errc::io, path, {}, offset, "write to", errno);
+  // A short write (rare): finish part by part from where it stopped.
+  std::size_t done = w < 0 ? 0 : static_cast<std::size_t>(w);
+  for (int i = 0; i < count; ++i) {
+    const std::size_t len = parts[i].iov_len;
+    if (done >= len) {
+      done -= len;
+      offset += len;
+      continue;
+    }
+    pwrite_all(fd, static_cast<const char*>(parts[i].iov_base) + done, len - done, offset + done, path);
+    offset += len;
+    done = 0;
+  }
+}
+
 }  // namespace mmnpz::detail

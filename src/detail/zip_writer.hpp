@@ -2,6 +2,8 @@
 
 // Serialization of central-directory entries and end records, shared by writer and recover.
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -53,5 +55,9 @@ void append_end_records(std::string& out, std::uint64_t count, std::uint64_t cd_
 /// mmnpz::error (errc::io) naming `path`.
 void pwrite_all(int fd, const void* data, std::size_t n, std::uint64_t offset,
                 const std::string& path);
+
+/// pwritev(2) all of `parts` at `offset`, retrying short writes and EINTR.
+void pwritev_all(int fd, const struct iovec* parts, int count, std::uint64_t offset,
+                 const std::string& path);
 
 }  // namespace mmnpz::detail
