@@ -75,7 +75,11 @@ struct writer::impl {
 
   std::string checked_name(std::string_view name) const {
     if (name.empty()) refuse(name, "a member name must not be empty");
-    if (name.find('\0') != std::string_view::npos) refuse(name, "a member name must not hold NUL");
+    if (const auto nul = name.find('\0'); nul != std::string_view::npos) {
+      // Shown with the NUL spelled out: a raw one would end the message.
+      refuse(std::string(name.substr(0, nul)) + "\\0" + std::string(name.substr(nul + 1)),
+             "a member name must not hold NUL");
+    }
     if (name.front() == '/' || name.find('\\') != std::string_view::npos) {
       refuse(name, "a member name must be a relative path with '/' separators");
     }

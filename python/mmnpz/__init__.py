@@ -78,16 +78,16 @@ class NpzReader(collections.abc.Mapping):
     last one wins. Arrays stay valid after ``close()`` and after the reader is gone.
 
     :param file: path (``str`` or ``os.PathLike``)
-    :param mmap_mode: only ``"r"`` (read-only) is supported
+    :param mmap_mode: ``"r"``, or ``None`` (numpy's default): both map read-only
     :param cache: keep every item loaded in ``self.arrays`` and return it again
-    :param preload: load every item now
+    :param preload: load every item now (pickled object arrays only with ``allow_pickle``)
     :param allow_pickle: load pickled object arrays (as numpy does; never do this with
         untrusted files)
     """
 
     def __init__(self, file, mmap_mode="r", *, cache=True, preload=False, allow_pickle=False):
-        if mmap_mode != "r":
-            raise ValueError(f"mmap_mode must be 'r' (read-only), not {mmap_mode!r}")
+        if mmap_mode not in ("r", None):
+            raise ValueError(f"mmap_mode must be 'r' (read-only) or None, not {mmap_mode!r}")
         self._path = _path(file)
         self._options = (mmap_mode, bool(cache), bool(preload), bool(allow_pickle))
         self._reader = _mmnpz.Reader(self._path)
@@ -107,6 +107,8 @@ class NpzReader(collections.abc.Mapping):
         self.f = _BagObj(self)
         if preload:
             for index, name in enumerate(self.files):
+                if not self.allow_pickle and self._reader.array(index)[0] == "object":
+                    continue  # raises on access, as without preload
                 self._by_index[index] = self.arrays[name] = self._item(index)
 
     @property

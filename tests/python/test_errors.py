@@ -169,3 +169,27 @@ def test_a_dtype_mismatch_raises_type_error(tmp_path):
         with pytest.raises(TypeError):
             with writer.begin("s", "<i4", (2,)) as stream:
                 stream.write(np.zeros(2, "<i8"))
+
+
+def test_a_name_with_nul_is_refused_with_the_nul_spelled_out(tmp_path):
+    path = tmp_path / "nul.npz"
+    with mmnpz.NpzWriter(path) as w:
+        with pytest.raises(ValueError) as info:
+            w.write("a\x00b", [1])
+    assert str(info.value) == f"{path}: member 'a\\0b': a member name must not hold NUL"
+
+
+def test_preload_skips_pickled_arrays_which_raise_only_on_access(tmp_path):
+    path = tmp_path / "obj.npz"
+    np.savez(path, a=np.arange(3), o=np.array([{"x": 1}], dtype=object))
+    reader = mmnpz.load(path, preload=True)
+    assert sorted(reader.arrays) == ["a"]
+    with pytest.raises(ValueError, match="allow_pickle=False"):
+        reader["o"]
+    assert mmnpz.load(path, preload=True, allow_pickle=True)["o"][0] == {"x": 1}
+
+
+def test_mmap_mode_none_maps_read_only_like_r(tmp_path):
+    path = tmp_path / "none.npz"
+    np.savez(path, a=np.arange(3))
+    assert not mmnpz.load(path, None)["a"].flags.writeable
