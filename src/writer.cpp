@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <unordered_set>
 
 #include "detail/byte_reader.hpp"
@@ -38,7 +39,9 @@ constexpr std::size_t write_chunk = std::size_t{1} << 20;
 // Arrays up to this size are checksummed first, so that the local header goes out complete
 // with the data in one system call.
 constexpr std::size_t small_array = std::size_t{1} << 20;
-constexpr std::size_t crc_field = 14;  // offset of the CRC-32 in a local header
+constexpr std::size_t crc_field = 14;
+// From this size on, a second thread checksums an array while the caller's thread writes it.
+constexpr std::size_t parallel_crc = std::size_t{8} << 20;  // offset of the CRC-32 in a local header
 
 }  // namespace
 
@@ -175,6 +178,25 @@ struct writer::impl {
                            " expected; the member was abandoned");
     }
     const auto* p = static_cast<const unsigned char*>(data);
+    if (n >= parallel_crc) {
+      // Checksumming is about as fast as write(2): doing both at once nearly halves the time.
+      std::uint32_t crc = cur_crc;
+      std::thread checksum([&crc, p, n] { crc = detail::crc32(crc, p, n); });
+      try {
+        for (std::size_t done = 0; done < n; done += write_chunk) {
+          write_piece(p + done, std::min(write_chunk, n - done));
+          cur_data += std::min(write_chunk, n - done);
+        }
+      } catch (...) {
+        checksum.join();
+        abandon();
+        throw;
+      }
+      checksum.join();
+      cur_crc = crc;
+      cur_left -= n;
+      return;
+    }
     while (n > 0) {
       const std::size_t k = n < write_chunk ? n : write_chunk;
       try {
