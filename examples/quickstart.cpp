@@ -14,7 +14,7 @@ int main() {
   const mmnpz::array_view clip = npz["clip_0"];     // decodes the .npy header: no copy
   const float* frames = clip.data_as<float>();       // checked: dtype, byte order, alignment
   std::printf("%s %s (%llu, %llu) at offset %llu, mapped=%d, frame 10 bin 3 = %g\n",
-              clip.member().c_str(), clip.type().str().c_str(),
+              std::string(clip.member()).c_str(), clip.type().str().c_str(),
               (unsigned long long)clip.shape()[0], (unsigned long long)clip.shape()[1],
               (unsigned long long)clip.file_offset(), clip.is_mapped(), frames[10 * 80 + 3]);
 }

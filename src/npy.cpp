@@ -258,6 +258,53 @@ class header_interpreter {
   const literal_parser& p_;
 };
 
+// The header as numpy writes it for a simple dtype, read without building a literal tree:
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }   then spaces and '\n'.
+// Anything else (other spacing, key order, structured dtypes, bad values) returns false and
+// goes to the general parser, which also produces the errors.
+bool read_numpy_layout(std::string_view text, npy_header& h) {
+  const auto eat = [&text](std::string_view prefix) {
+    if (text.substr(0, prefix.size()) != prefix) return false;
+    text.remove_prefix(prefix.size());
+    return true;
+  };
+  if (!eat("{'descr': '")) return false;
+  const std::size_t quote = text.find('\'');
+  if (quote == std::string_view::npos) return false;
+  const std::string_view descr = text.substr(0, quote);
+  text.remove_prefix(quote + 1);
+  if (!eat(", 'fortran_order': ")) return false;
+  if (eat("True")) {
+    h.fortran_order = true;
+  } else if (!eat("False")) {
+    return false;
+  }
+  if (!eat(", 'shape': (")) return false;
+  h.shape.clear();
+  while (!eat(")")) {
+    std::uint64_t d = 0;
+    std::size_t digits = 0;
+    for (; digits < text.size() && text[digits] >= '0' && text[digits] <= '9'; ++digits) {
+      if (digits == 18) return false;  // may not fit: let the general parser decide
+      d = d * 10 + static_cast<std::uint64_t>(text[digits] - '0');
+    }
+    if (digits == 0 || h.shape.size() == max_npy_ndim) return false;
+    h.shape.push_back(d);
+    text.remove_prefix(digits);
+    if (eat(", ") || eat(",")) continue;
+    if (text.substr(0, 1) != ")") return false;
+  }
+  if (!eat(", }")) return false;
+  if (text.find_first_not_of(" \n") != std::string_view::npos) return false;
+  if (descr.find('\\') != std::string_view::npos) return false;
+  try {
+    h.type = dtype::parse(descr);
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  return true;
+}
+
 // UTF-8 to latin-1, or false when a character is above U+00FF (or the text is not UTF-8).
 bool utf8_to_latin1(std::string_view s, std::string& out) {
   out.clear();
@@ -274,64 +321,11 @@ bool utf8_to_latin1(std::string_view s, std::string& out) {
   return true;
 }
 
-}  // namespace
-
-bool array_nbytes(const std::vector<std::uint64_t>& shape, std::uint64_t itemsize,
-                  std::uint64_t& nbytes) {
-  std::uint64_t extent = itemsize;  // ignoring zero dimensions: bounds every byte stride
-  nbytes = itemsize;
-  for (auto d : shape) {
-    if (d != 0 && !detail::checked_mul(extent, d, extent)) return false;
-    nbytes *= d;  // no overflow: nbytes is 0 or equal to extent
-  }
-  return extent <= static_cast<std::uint64_t>(INT64_MAX);
-}
-
-std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
-                                       std::uint64_t itemsize, bool fortran_order) {
-  std::vector<std::int64_t> strides(shape.size());
-  auto stride = static_cast<std::int64_t>(itemsize);
-  for (std::size_t k = 0; k < shape.size(); ++k) {
-    const std::size_t axis = fortran_order ? k : shape.size() - 1 - k;
-    strides[axis] = stride;
-    stride *= static_cast<std::int64_t>(shape[axis]);
-  }
-  return strides;
-}
-
-npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path,
-                           const std::string& member, std::uint64_t file_offset) {
-  const detail::context ctx{path, member};
-  byte_reader r(static_cast<const std::byte*>(data), size, file_offset, ctx, errc::corrupt_npy);
-  npy_header h;
-  const std::string_view magic = r.take_str(npy_magic_len, ".npy magic");
-  if (magic != std::string_view(npy_magic, npy_magic_len)) {
-    r.fail_at(file_offset, "not a .npy array: bad magic");
-  }
-  h.major_version = r.u8();
-  h.minor_version = r.u8();
-  std::uint64_t header_len = 0;
-  if (h.major_version == 1 && h.minor_version == 0) {
-    header_len = r.le16();
-  } else if ((h.major_version == 2 || h.major_version == 3) && h.minor_version == 0) {
-    header_len = r.le32();
-  } else {
-    r.fail_at(file_offset + 6, "unsupported .npy version " + std::to_string(h.major_version) +
-                                   "." + std::to_string(h.minor_version));
-  }
-  if (header_len > max_npy_header_len) {
-    r.fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
-           std::to_string(max_npy_header_len) + " bytes");
-  }
-  if (header_len > r.remaining()) {
-    r.fail("header length " + std::to_string(header_len) + " runs past the end of the member (" +
-           std::to_string(r.remaining()) + " bytes remain)");
-  }
-  const std::uint64_t text_offset = r.offset();
-  const std::string_view raw = r.take_str(header_len, ".npy header");
-  h.data_offset = r.offset() - file_offset;
-
-  literal_parser parser(raw, ctx, text_offset, /*latin1=*/h.major_version != 3);
+// The header dictionary in general (any key order, spacing, Python 2 longs, structured
+// dtypes), with the size checks; errors name their position in the file.
+void read_header_dict(std::string_view raw, bool latin1, const detail::context& ctx,
+                      std::uint64_t text_offset, npy_header& h) {
+  literal_parser parser(raw, ctx, text_offset, latin1);
   const py_value doc = parser.parse_document();
   if (doc.kind != py_value::dict) parser.fail_at(doc.pos, "the header is not a dictionary");
 
@@ -365,6 +359,7 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
   h.shape = interp.shape_of(*shape, "shape");
   h.type = interp.dtype_of(*descr, 0);
 
+  h.size = 1;
   for (auto d : h.shape) {
     if (!detail::checked_mul(h.size, d, h.size)) {
       parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " overflows");
@@ -373,6 +368,77 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
   if (!array_nbytes(h.shape, h.type.itemsize(), h.nbytes)) {
     parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " of " +
                                    h.type.str() + " overflows");
+  }
+}
+
+// Sets size and nbytes; false when they overflow.
+bool sizes_fit(npy_header& h) {
+  h.size = 1;
+  for (auto d : h.shape) {
+    if (!detail::checked_mul(h.size, d, h.size)) return false;
+  }
+  return array_nbytes(h.shape, h.type.itemsize(), h.nbytes);
+}
+
+}  // namespace
+
+bool array_nbytes(const std::vector<std::uint64_t>& shape, std::uint64_t itemsize,
+                  std::uint64_t& nbytes) {
+  std::uint64_t extent = itemsize;  // ignoring zero dimensions: bounds every byte stride
+  nbytes = itemsize;
+  for (auto d : shape) {
+    if (d != 0 && !detail::checked_mul(extent, d, extent)) return false;
+    nbytes *= d;  // no overflow: nbytes is 0 or equal to extent
+  }
+  return extent <= static_cast<std::uint64_t>(INT64_MAX);
+}
+
+std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
+                                       std::uint64_t itemsize, bool fortran_order) {
+  std::vector<std::int64_t> strides(shape.size());
+  auto stride = static_cast<std::int64_t>(itemsize);
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    const std::size_t axis = fortran_order ? k : shape.size() - 1 - k;
+    strides[axis] = stride;
+    stride *= static_cast<std::int64_t>(shape[axis]);
+  }
+  return strides;
+}
+
+npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path,
+                           std::string_view member, std::uint64_t file_offset) {
+  const detail::context ctx{path, member};
+  byte_reader r(static_cast<const std::byte*>(data), size, file_offset, ctx, errc::corrupt_npy);
+  npy_header h;
+  const std::string_view magic = r.take_str(npy_magic_len, ".npy magic");
+  if (magic != std::string_view(npy_magic, npy_magic_len)) {
+    r.fail_at(file_offset, "not a .npy array: bad magic");
+  }
+  h.major_version = r.u8();
+  h.minor_version = r.u8();
+  std::uint64_t header_len = 0;
+  if (h.major_version == 1 && h.minor_version == 0) {
+    header_len = r.le16();
+  } else if ((h.major_version == 2 || h.major_version == 3) && h.minor_version == 0) {
+    header_len = r.le32();
+  } else {
+    r.fail_at(file_offset + 6, "unsupported .npy version " + std::to_string(h.major_version) +
+                                   "." + std::to_string(h.minor_version));
+  }
+  if (header_len > max_npy_header_len) {
+    r.fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
+           std::to_string(max_npy_header_len) + " bytes");
+  }
+  if (header_len > r.remaining()) {
+    r.fail("header length " + std::to_string(header_len) + " runs past the end of the member (" +
+           std::to_string(r.remaining()) + " bytes remain)");
+  }
+  const std::uint64_t text_offset = r.offset();
+  const std::string_view raw = r.take_str(header_len, ".npy header");
+  h.data_offset = r.offset() - file_offset;
+
+  if (!read_numpy_layout(raw, h) || !sizes_fit(h)) {
+    read_header_dict(raw, h.major_version != 3, ctx, text_offset, h);
   }
   // Object arrays hold a pickle of unknown length; they are refused later, not here.
   if (!h.type.has_object() && h.nbytes > r.remaining()) {

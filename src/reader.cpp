@@ -159,7 +159,6 @@ class archive {
   }
 
   void read_contents(const member_info& m, decoded& d) const {
-    const std::string name(m.name);
     const context ctx{path_, m.name};
     if (m.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) {
       ctx.fail(errc::unsupported, m.local_header_offset, "encrypted members are not supported");
@@ -269,7 +268,7 @@ class archive {
   }
 
   void make_view(const member_info& m, decoded& d) const {
-    const std::string name(m.name);
+    const std::string_view name = m.name;
     npy_header h;
     if (d.mapped) {
       h = read_npy_header(d.contents, d.contents_size, path_, name, d.contents_offset);
@@ -279,13 +278,13 @@ class archive {
       try {
         h = read_npy_header(d.contents, d.contents_size, path_, name, 0);
       } catch (const error& e) {
-        throw error(e.code(), path_, name, d.contents_offset,
+        throw error(e.code(), path_, std::string(name), d.contents_offset,
                     e.detail() + " (at byte " + std::to_string(e.offset()) +
                         " of the inflated member)");
       }
     }
     if (h.type.has_object()) {
-      throw error(errc::object_array, path_, name, error::no_offset,
+      throw error(errc::object_array, path_, std::string(name), error::no_offset,
                   "pickled object arrays cannot be memory-mapped");
     }
     view_state& v = d.view;
@@ -318,14 +317,14 @@ class archive {
 [[noreturn]] void throw_bad_cast(const view_state& s, const dtype& wanted, bool /*misaligned*/) {
   if (s.type.kind() != wanted.kind() || s.type.itemsize() != wanted.itemsize() ||
       s.type.is_structured()) {
-    throw error(errc::type_mismatch, s.path, s.member, error::no_offset,
+    throw error(errc::type_mismatch, std::string(s.path), std::string(s.member), error::no_offset,
                 "array of " + s.type.str() + " read as " + wanted.str());
   }
   if (!s.type.is_native()) {
-    throw error(errc::type_mismatch, s.path, s.member, error::no_offset,
+    throw error(errc::type_mismatch, std::string(s.path), std::string(s.member), error::no_offset,
                 "array of " + s.type.str() + " is not in native byte order");
   }
-  throw error(errc::misaligned, s.path, s.member, s.file_offset,
+  throw error(errc::misaligned, std::string(s.path), std::string(s.member), s.file_offset,
               "data is not aligned to " + std::to_string(wanted.itemsize()) +
                   " bytes for " + wanted.str() + " (allow it with alignment_check::allow_misaligned)");
 }

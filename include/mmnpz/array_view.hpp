@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mmnpz/dtype.hpp"
@@ -16,8 +17,8 @@ enum class alignment_check { required, allow_misaligned };
 namespace detail {
 /// What a decoded member is; shared, immutable, owned by the reader's cache and every view.
 struct view_state {
-  std::string path;
-  std::string member;  ///< full name in the archive
+  std::string_view path;    ///< the archive's path, owned by the archive (kept alive with it)
+  std::string_view member;  ///< full name in the archive, likewise
   dtype type;
   std::vector<std::uint64_t> shape;
   std::vector<std::int64_t> strides;  ///< in bytes
@@ -61,7 +62,7 @@ class array_view {
   /// Absolute byte offset of the data in the file (meaningful when is_mapped()).
   std::uint64_t file_offset() const { return s_->file_offset; }
   /// The member's full name in the archive, such as "clip_17.npy".
-  const std::string& member() const { return s_->member; }
+  std::string_view member() const { return s_->member; }
   /// True when data() is a multiple of `alignment` bytes in memory (and so, for mapped
   /// data, in the file, since the mapping starts page-aligned).
   bool is_aligned(std::size_t alignment) const {

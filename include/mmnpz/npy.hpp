@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mmnpz/dtype.hpp"
@@ -35,7 +36,7 @@ constexpr std::size_t npy_magic_len = 6;
 /// in `size`. Throws mmnpz::error (errc::corrupt_npy) naming `path`, `member` and the absolute
 /// offset (`file_offset` is where `data` lies in the file).
 npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path = {},
-                           const std::string& member = {}, std::uint64_t file_offset = 0);
+                           std::string_view member = {}, std::uint64_t file_offset = 0);
 
 /// A complete .npy header (magic, version, length, dict, padding, '\n') for the array, whose
 /// length is a multiple of 64, as numpy writes it: version 1.0, or 2.0 when the header is over
