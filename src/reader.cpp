@@ -28,30 +28,61 @@ std::uint64_t fnv1a(std::string_view s) {
   return h ^ (h >> 29);
 }
 
-// Open addressing from full member name to the index of its last occurrence.
+std::string_view stem(std::string_view name) {
+  return name.size() >= 4 && name.substr(name.size() - 4) == ".npy" ? name.substr(0, name.size() - 4)
+                                                                     : name;
+}
+
+// Open addressing over member names, hashed by their stem (the name without ".npy"), so that
+// one probe finds a key given either way. Each distinct full name keeps its last index.
 class name_table {
  public:
   void build(const std::vector<member_info>& members) {
     std::size_t cap = 16;
     while (cap < members.size() * 2) cap *= 2;
     mask_ = cap - 1;
-    slots_.assign(cap, 0);
+    slots_.assign(cap, slot{});
     for (std::size_t i = 0; i < members.size(); ++i) {
-      std::size_t k = fnv1a(members[i].name) & mask_;
-      while (slots_[k] != 0 && members[slots_[k] - 1].name != members[i].name) k = (k + 1) & mask_;
-      slots_[k] = static_cast<std::uint32_t>(i + 1);  // a later duplicate replaces the earlier
+      const std::string_view name = members[i].name;
+      const std::uint64_t h = fnv1a(stem(name));
+      std::size_t k = h & mask_;
+      while (slots_[k].index != 0 && !(slots_[k].hash == static_cast<std::uint32_t>(h >> 32) &&
+                                       members[slots_[k].index - 1].name == name)) {
+        k = (k + 1) & mask_;
+      }
+      slots_[k] = {static_cast<std::uint32_t>(i + 1), static_cast<std::uint32_t>(h >> 32)};
     }
   }
+
+  // numpy's rule: the exact name first, then key + ".npy".
   std::optional<std::size_t> find(std::string_view key,
                                   const std::vector<member_info>& members) const {
-    for (std::size_t k = fnv1a(key) & mask_; slots_[k] != 0; k = (k + 1) & mask_) {
-      if (members[slots_[k] - 1].name == key) return slots_[k] - 1;
-    }
-    return std::nullopt;
+    std::optional<std::size_t> with_suffix;
+    const auto probe = [&](std::string_view hashed) -> std::optional<std::size_t> {
+      const std::uint64_t h = fnv1a(hashed);
+      for (std::size_t k = h & mask_; slots_[k].index != 0; k = (k + 1) & mask_) {
+        if (slots_[k].hash != static_cast<std::uint32_t>(h >> 32)) continue;
+        const std::string_view name = members[slots_[k].index - 1].name;
+        if (name == key) return slots_[k].index - 1;
+        if (name.size() == key.size() + 4 && name.substr(0, key.size()) == key &&
+            name.substr(key.size()) == ".npy") {
+          with_suffix = slots_[k].index - 1;
+        }
+      }
+      return std::nullopt;
+    };
+    if (auto exact = probe(stem(key))) return exact;
+    // "x.npy" may also name a member "x.npy.npy", whose stem is the whole key.
+    if (!with_suffix && stem(key).size() != key.size()) probe(key);
+    return with_suffix;
   }
 
  private:
-  std::vector<std::uint32_t> slots_;
+  struct slot {
+    std::uint32_t index = 0;  // member index + 1; 0 is empty
+    std::uint32_t hash = 0;   // high half of the stem's hash
+  };
+  std::vector<slot> slots_;
   std::size_t mask_ = 0;
 };
 
@@ -105,10 +136,7 @@ class archive {
   }
 
   std::optional<std::size_t> find(std::string_view key) const {
-    if (auto i = names_.find(key, dir_.members)) return i;
-    std::string with_suffix(key);
-    with_suffix += ".npy";
-    return names_.find(with_suffix, dir_.members);
+    return names_.find(key, dir_.members);
   }
 
   /// The member's decoded state, decoding it on first access (once, under a lock).

@@ -205,3 +205,34 @@ TEST_SUITE("reader") {
     CHECK(stub.verify().ok());
   }
 }
+
+TEST_SUITE("reader") {
+  TEST_CASE("resolves keys exactly as numpy does, also for 'a' beside 'a.npy' and 'b.npy.npy'") {
+    const std::string path = test::scratch("lookup_rules.npz");
+    // Each member's contents is its own index, as text; numpy prints the index a key reaches.
+    const std::string script = R"(
+import sys, warnings, zipfile, numpy as np
+warnings.simplefilter('ignore')  # zipfile warns of the duplicate name
+names = ['a', 'a.npy', 'b.npy.npy', 'c.npy', 'c.npy', 'd.txt']
+with zipfile.ZipFile(sys.argv[1], 'w') as z:
+    for i, n in enumerate(names):
+        z.writestr(n, str(i))
+f = np.load(sys.argv[1])
+for key in ['a', 'a.npy', 'b', 'b.npy', 'b.npy.npy', 'c', 'c.npy', 'd.txt', 'd', 'e', '']:
+    try:
+        print(key, f[key].decode())
+    except KeyError:
+        print(key, 'missing')
+)";
+    int status = -1;
+    const std::string numpy_says = test::python(script, path, &status);
+    REQUIRE(status == 0);
+    mmnpz::reader r(path);
+    std::string ours;
+    for (const char* key : {"a", "a.npy", "b", "b.npy", "b.npy.npy", "c", "c.npy", "d.txt", "d", "e", ""}) {
+      const auto i = r.find(key);
+      ours += std::string(key) + " " + (i ? std::to_string(*i) : "missing") + "\n";
+    }
+    CHECK(ours == numpy_says);
+  }
+}

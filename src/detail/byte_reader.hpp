@@ -41,10 +41,7 @@ class byte_reader {
 
   /// The next n bytes; throws when fewer remain. `what` names them in the error.
   const std::byte* take(std::uint64_t n, const char* what = "data") {
-    if (n > remaining()) {
-      fail("truncated " + std::string(what) + ": needs " + std::to_string(n) + " bytes, " +
-           std::to_string(remaining()) + " remain");
-    }
+    if (n > remaining()) fail_truncated(n, what);
     const std::byte* out = p_ + pos_;
     pos_ += n;
     return out;
@@ -60,6 +57,14 @@ class byte_reader {
     ctx_.fail(code_, absolute_offset, detail);
   }
 
+ private:
+  // Out of line, so that take() stays small enough to inline.
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::uint64_t n, const char* what) const {
+    fail("truncated " + std::string(what) + ": needs " + std::to_string(n) + " bytes, " +
+         std::to_string(remaining()) + " remain");
+  }
+
+ public:
  private:
   std::uint64_t le(unsigned bytes) {
     const std::byte* b = take(bytes, "field");
