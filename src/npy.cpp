@@ -295,7 +295,9 @@ bool read_numpy_layout(std::string_view text, npy_header& h) {
     if (text.substr(0, 1) != ")") return false;
   }
   if (!eat(", }")) return false;
-  if (text.find_first_not_of(" \n") != std::string_view::npos) return false;
+  for (char c : text) {  // padding (find_first_not_of would call memchr per character)
+    if (c != ' ' && c != '\n') return false;
+  }
   if (descr.find('\\') != std::string_view::npos) return false;
   try {
     h.type = dtype::parse(descr);
