@@ -95,6 +95,7 @@ class NpzReader(collections.abc.Mapping):
         whole.filename, whole.offset, whole.mode = os.path.abspath(self._path), 0, "r"
         #: A read-only uint8 ``numpy.memmap`` of the whole file.
         self.mmap = whole
+        self._reader.configure(whole, np.memmap, _dtype)
         #: Member names with ``.npy`` removed, in archive order (numpy's ``files``).
         self.files = self._reader.names()
         #: Items loaded so far (all of them with ``preload``), by name.
@@ -145,6 +146,18 @@ class NpzReader(collections.abc.Mapping):
         # numpy gives writable arrays for deflated members: copy out of the shared cache.
         return np.ndarray(shape, _dtype(descr), buffer=inflated, order=order).copy(order="K")
 
+    def _lookup(self, key):
+        """(index, item): one call to the core finds, decodes and maps stored arrays."""
+        found = self._open_reader().lookup(key)
+        if found is None:
+            raise KeyError(f"{key} is not a file in the archive")
+        index, item = found
+        if item is None:  # deflated, not .npy, or pickled
+            item = self._by_index.get(index)
+            if item is None:
+                item = self._item(index)
+        return index, item
+
     def load(self, name):
         """The item ``name``, loaded now and not cached."""
         return self._item(self._index(name))
@@ -152,21 +165,17 @@ class NpzReader(collections.abc.Mapping):
     def __getitem__(self, key):
         # Cached by the key as given (the fast path) and by member index, so that "x" and
         # "x.npy" share one item while a member named "x" without .npy stays distinct.
-        if self._cache:
-            item = self._by_key.get(key)
-            if item is not None:
-                return item
-        index = self._index(key)
-        item = self._by_index.get(index)
-        if item is None:
-            item = self._item(index)
-            if self._cache:
-                # Threads racing on a first access all get the item stored first (setdefault
-                # is atomic under the GIL; _item releases it while inflating).
-                item = self._by_index.setdefault(index, item)
-                self.arrays[self.files[index]] = item
-        if self._cache:
-            self._by_key[key] = item
+        if not self._cache:
+            return self._lookup(key)[1]
+        item = self._by_key.get(key)
+        if item is not None:
+            return item
+        index, item = self._lookup(key)
+        # Threads racing on a first access all get the item stored first (setdefault is
+        # atomic under the GIL; the core releases it while inflating).
+        item = self._by_index.setdefault(index, item)
+        self.arrays[self.files[index]] = item
+        self._by_key[key] = item
         return item
 
     def __contains__(self, key):

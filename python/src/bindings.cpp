@@ -1,12 +1,16 @@
 // The _mmnpz extension: a thin layer over the C++ reader and writer. The Python package
 // (python/mmnpz) builds numpy views on top of it; nothing here creates one per member.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "mmnpz/mmnpz.hpp"
 
@@ -82,6 +86,64 @@ py::buffer_info bytes_of(const py::buffer& b) {
   return info;
 }
 
+// The reader with what it needs to build numpy.memmap views itself: one call per first access
+// finds the member, decodes it and makes the view, without the buffer protocol.
+struct py_reader {
+  explicit py_reader(mmnpz::reader opened) : r(std::move(opened)) {}
+
+  void configure(py::object whole_file, py::object memmap, py::object dtype_of) {
+    base = std::move(whole_file);
+    memmap_type = std::move(memmap);
+    make_dtype = std::move(dtype_of);
+  }
+
+  py::object lookup(const py::handle& key) {
+    if (!PyUnicode_Check(key.ptr())) return py::none();
+    Py_ssize_t len = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(key.ptr(), &len);
+    if (!text) throw py::error_already_set();
+    const auto index = r.find(std::string_view(text, static_cast<std::size_t>(len)));
+    if (!index) return py::none();
+    if (r.member(*index).is_deflated() || !r.is_array(*index)) {
+      return py::make_tuple(*index, py::none());
+    }
+    mmnpz::array_view v;
+    try {
+      v = r.array(*index);
+    } catch (const mmnpz::error& e) {
+      if (e.code() != mmnpz::errc::object_array) throw;
+      return py::make_tuple(*index, py::none());
+    }
+    return py::make_tuple(*index, view(v));
+  }
+
+  // A read-only numpy.memmap of the mapped data, based on the whole file's memmap.
+  py::object view(const mmnpz::array_view& v) {
+    py::str descr(v.type().descr());
+    py::object dtype = py::reinterpret_borrow<py::object>(PyDict_GetItem(dtypes.ptr(), descr.ptr()));
+    if (!dtype) {
+      dtype = make_dtype(descr);
+      dtypes[descr] = dtype;
+    }
+    std::vector<Py_intptr_t> dims(v.shape().begin(), v.shape().end());
+    std::vector<Py_intptr_t> strides(v.strides().begin(), v.strides().end());
+    auto& api = py::detail::npy_api::get();
+    PyObject* array = api.PyArray_NewFromDescr_(
+        reinterpret_cast<PyTypeObject*>(memmap_type.ptr()), dtype.inc_ref().ptr(),
+        static_cast<int>(dims.size()), dims.data(), strides.data(),
+        const_cast<std::byte*>(v.data()), /*flags: read-only*/ 0, nullptr);
+    if (!array) throw py::error_already_set();
+    api.PyArray_SetBaseObject_(array, base.inc_ref().ptr());
+    return py::reinterpret_steal<py::object>(array);
+  }
+
+  mmnpz::reader r;
+  py::object base;
+  py::object memmap_type;
+  py::object make_dtype;
+  py::dict dtypes;  // descr literal -> numpy dtype
+};
+
 class py_stream {
  public:
   explicit py_stream(mmnpz::writer::stream s) : s_(std::move(s)) {}
@@ -120,16 +182,24 @@ PYBIND11_MODULE(_mmnpz, m) {
       })
       .def("__len__", [](const shared_buffer& b) { return b.size; });
 
-  py::class_<mmnpz::reader>(m, "Reader", R"(A memory-mapped .npz archive (see mmnpz::reader).)")
-      .def(py::init<const std::string&>(), py::arg("path"),
-           py::call_guard<py::gil_scoped_release>(),
+  py::class_<py_reader>(m, "Reader", R"(A memory-mapped .npz archive (see mmnpz::reader).)")
+      .def(py::init([](const std::string& path) {
+             std::optional<mmnpz::reader> opened;
+             {
+               py::gil_scoped_release nogil;  // parsing the directory
+               opened.emplace(path);
+             }
+             return std::make_unique<py_reader>(std::move(*opened));
+           }),
+           py::arg("path"),
            R"(Maps the file and parses its central directory, without the GIL.)")
-      .def_property_readonly("path", &mmnpz::reader::path)
-      .def("__len__", &mmnpz::reader::size)
-      .def("names", &mmnpz::reader::names, R"(Names without '.npy', like numpy's files.)")
-      .def("find", &mmnpz::reader::find, py::arg("key"),
+      .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
+      .def("__len__", [](const py_reader& p) { return p.r.size(); })
+      .def("names", [](const py_reader& p) { return p.r.names(); }, R"(Names without '.npy', like numpy's files.)")
+      .def("find", [](const py_reader& p, std::string_view key) { return p.r.find(key); }, py::arg("key"),
            R"(The index a key resolves to (full name, or name + '.npy'), or None.)")
-      .def("member", [](const mmnpz::reader& r, std::size_t i) {
+      .def("member", [](const py_reader& p, std::size_t i) {
+            const mmnpz::reader& r = p.r;
             const mmnpz::member_info& mi = r.member(i);
             py::dict d;
             d["name"] = py::str(mi.name.data(), mi.name.size());
@@ -141,17 +211,28 @@ PYBIND11_MODULE(_mmnpz, m) {
             d["local_header_offset"] = mi.local_header_offset;
             return d;
           }, py::arg("index"), R"(The central-directory entry at index, as a dict.)")
-      .def("mapping", [](const mmnpz::reader& r) {
+      .def("configure", &py_reader::configure, py::arg("base"), py::arg("memmap_type"),
+           py::arg("make_dtype"),
+           R"(Sets what lookup() builds views from: the whole file's memmap, numpy.memmap, and a
+callable from a descr literal to a numpy dtype.)")
+      .def("lookup", &py_reader::lookup, py::arg("key"),
+           R"(None when no member answers to key; else (index, view): a read-only numpy.memmap
+view for a stored array, None for other members (deflated, not .npy, pickled).)")
+      .def("mapping", [](const py_reader& p) {
+            const mmnpz::reader& r = p.r;
             const mmnpz::bytes_view whole = r.file_bytes();
             return shared_buffer{whole.keepalive, whole.data, static_cast<std::size_t>(whole.size)};
           }, R"(The whole file's mapping as a read-only buffer.)")
-      .def("array", [](const mmnpz::reader& r, std::size_t i) -> py::tuple {
+      .def("array", [](const py_reader& p, std::size_t i) -> py::tuple {
+            const mmnpz::reader& r = p.r;
             mmnpz::array_view v;
             const char* kind = "array";
             {
-              // Deflated members are inflated here: without the GIL, and no Python object
-              // may be touched in this scope.
-              py::gil_scoped_release nogil;
+              // Inflating a deflated member takes long enough to be worth releasing the GIL;
+              // decoding a stored one (well under a microsecond) is not. While released, no
+              // Python object may be touched.
+              std::optional<py::gil_scoped_release> nogil;
+              if (r.member(i).is_deflated()) nogil.emplace();
               if (!r.is_array(i)) {
                 kind = "bytes";
               } else {
@@ -175,11 +256,13 @@ PYBIND11_MODULE(_mmnpz, m) {
           }, py::arg("index"),
           R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
 mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
-      .def("bytes", [](const mmnpz::reader& r, std::size_t i) {
+      .def("bytes", [](const py_reader& p, std::size_t i) {
+            const mmnpz::reader& r = p.r;
             const mmnpz::bytes_view b = r.bytes(i);
             return py::bytes(reinterpret_cast<const char*>(b.data), b.size);
           }, py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
-      .def("verify", [](const mmnpz::reader& r) {
+      .def("verify", [](const py_reader& p) {
+            const mmnpz::reader& r = p.r;
             mmnpz::verify_result result;
             {
               py::gil_scoped_release nogil;
@@ -189,17 +272,19 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
             for (const auto& e : result.failures) failures[py::str(e.member())] = e.what();
             return failures;
           }, R"(Checks every member's CRC-32: {member name: error message} of the bad ones.)")
-      .def("verify_one", [](const mmnpz::reader& r, std::size_t i) {
+      .def("verify_one", [](const py_reader& p, std::size_t i) {
+            const mmnpz::reader& r = p.r;
             const std::string name(r.member(i).name);
             py::gil_scoped_release nogil;
             r.verify(name);
           }, py::arg("index"), R"(Checks one member; raises FormatError when it is bad.)")
-      .def_property_readonly("file_size", &mmnpz::reader::file_size)
-      .def_property_readonly("leading_bytes", &mmnpz::reader::leading_bytes)
-      .def_property_readonly("comment", [](const mmnpz::reader& r) {
+      .def_property_readonly("file_size", [](const py_reader& p) { return p.r.file_size(); })
+      .def_property_readonly("leading_bytes", [](const py_reader& p) { return p.r.leading_bytes(); })
+      .def_property_readonly("comment", [](const py_reader& p) {
+            const mmnpz::reader& r = p.r;
         return py::bytes(r.comment().data(), r.comment().size());
       })
-      .def_property_readonly("is_zip64", &mmnpz::reader::is_zip64);
+      .def_property_readonly("is_zip64", [](const py_reader& p) { return p.r.is_zip64(); });
 
   py::class_<py_stream>(m, "Stream", R"(A member being written in pieces.)")
       .def("write", &py_stream::write, py::arg("data"))
