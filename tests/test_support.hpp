@@ -36,7 +36,9 @@ inline std::string run(const std::string& command, int* status = nullptr) {
 
 /// Runs a Python script with the numpy interpreter; argv[1] is `arg`.
 inline std::string python(const std::string& script, const std::string& arg, int* status = nullptr) {
-  const std::string file = scratch("script.py");
+  static int calls = 0;  // one file per process and call: test programs run in parallel
+  const std::string file =
+      scratch("script_" + std::to_string(::getpid()) + "_" + std::to_string(++calls) + ".py");
   std::ofstream(file) << script;
   return run(std::string(MMNPZ_PYTHON) + " " + file + " '" + arg + "' 2>&1", status);
 }
