@@ -76,7 +76,8 @@ struct writer::impl {
     if (fd < 0) throw error(errc::invalid_argument, path, {}, error::no_offset, "writer is closed");
   }
 
-  std::string checked_name(std::string_view name) const {
+  // The member's full name: `name` + `suffix`, refused when invalid or taken.
+  std::string checked_name(std::string_view name, std::string_view suffix = ".npy") const {
     if (name.empty()) refuse(name, "a member name must not be empty");
     if (const auto nul = name.find('\0'); nul != std::string_view::npos) {
       // Shown with the NUL spelled out: a raw one would end the message.
@@ -93,7 +94,7 @@ struct writer::impl {
     if (!detail::is_valid_utf8(name)) refuse(name, "a member name must be valid UTF-8");
     if (name.size() > 0xFFFF - 4) refuse(name, "a member name must be shorter than 65,532 bytes");
     std::string full(name);
-    full += ".npy";
+    full += suffix;
     if (!opt.allow_duplicate_names && names.count(full)) {
       refuse(full, "the archive already has a member of that name");
     }
@@ -109,7 +110,12 @@ struct writer::impl {
     if (shape.size() > max_npy_ndim) refuse(full, "too many dimensions");
     std::uint64_t nbytes = 0;
     if (!array_nbytes(shape, type.itemsize(), nbytes)) refuse(full, "the array's size overflows");
-    std::string npy = make_npy_header(type, shape, fortran_order);
+    begin_member(std::move(full), make_npy_header(type, shape, fortran_order), nbytes);
+  }
+
+  // Starts a member of `nbytes` data bytes after `npy` (a .npy header, or nothing), whose
+  // data lands at an aligned offset.
+  void begin_member(std::string full, std::string npy, std::uint64_t nbytes) {
     std::uint64_t member_size = 0;
     if (!detail::checked_add(npy.size(), nbytes, member_size)) {
       refuse(full, "the array's size overflows");
@@ -126,6 +132,10 @@ struct writer::impl {
       pad = (align - (fixed + npy.size()) % align) % align;
       while (pad != 0 && pad < align_record_min) pad += align;
       if (z64_len + pad <= max_extra_len) break;
+      if (npy.empty()) {  // raw bytes near 64 KiB alignment: settle for 32 KiB less
+        pad -= std::uint64_t{1} << 15;
+        break;
+      }
       grow_npy_header(npy);  // only for alignments near 64 KiB
     }
     std::string local;
@@ -381,6 +391,19 @@ void writer::write(std::string_view name, const void* data, const dtype& type,
     p_->write_small(data, static_cast<std::size_t>(n));
   } else {
     p_->write_data(data, static_cast<std::size_t>(n));
+  }
+  p_->commit();
+}
+
+void writer::write_bytes(std::string_view name, const void* data, std::size_t n) {
+  p_->check_open();
+  if (p_->active) p_->refuse(name, "another member is still being written");
+  if (n > 0 && data == nullptr) p_->refuse(name, "no data given for a non-empty member");
+  p_->begin_member(p_->checked_name(name, ""), {}, n);
+  if (n <= small_array) {
+    p_->write_small(data, n);
+  } else {
+    p_->write_data(data, n);
   }
   p_->commit();
 }

@@ -66,6 +66,10 @@ class writer {
     write(name, static_cast<const void*>(data), dtype::of<T>(), shape, fortran_order);
   }
 
+  /// Writes a member that is not a .npy array (a text, a JSON file...) under exactly `name`,
+  /// nothing appended, its data aligned like arrays'. Refused like write() for a bad name.
+  void write_bytes(std::string_view name, const void* data, std::size_t n);
+
   /// Starts a member whose bytes arrive in pieces (arrays larger than memory). The member is
   /// committed by stream::commit() once exactly nbytes arrived.
   stream begin(std::string_view name, const dtype& type, const std::vector<std::uint64_t>& shape,

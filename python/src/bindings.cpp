@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli.hpp"
 #include "mmnpz/mmnpz.hpp"
 
 namespace py = pybind11;
@@ -320,6 +321,11 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def("close", &mmnpz::writer::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("members_written", &mmnpz::writer::members_written)
       .def_property_readonly("path", &mmnpz::writer::path);
+
+  m.def("main", [](const std::vector<std::string>& argv) {
+        py::gil_scoped_release nogil;
+        return mmnpz::cli::main(argv);
+      }, py::arg("argv"), R"(Runs the mmnpz command line; returns its exit status.)");
 
   m.def("recover", [](const std::string& path) {
         mmnpz::recover_result r;
