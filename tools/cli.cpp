@@ -343,6 +343,7 @@ void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
         bar.add(k);
       }
       s.commit();
+      bar.add(m.uncompressed_size - v.nbytes());  // the .npy header, counted in the total
     } else {
       const bytes_view b = in.bytes(i);
       w.write_bytes(name, b.data, static_cast<std::size_t>(b.size));
