@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test: a normal build (C++ tests and the Python package with pytest), the package
 # pip-installed into a venv and tested again, a ThreadSanitizer run of the concurrent
-# first-access test, and an AddressSanitizer + UndefinedBehaviorSanitizer build of the C++
-# tests.
+# first-access test, two minutes of fuzzing (MMNPZ_FUZZ_SECONDS), and an AddressSanitizer +
+# UndefinedBehaviorSanitizer build of the C++ tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -22,6 +22,9 @@ echo "== ThreadSanitizer: many threads first-accessing one archive"
 BUILD_DIR=build-tsan BUILD_TARGET=test_reader scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMMNPZ_TSAN=ON -DMMNPZ_EXAMPLES=OFF -DMMNPZ_PYTHON=OFF
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_reader -tc="*threads*"
+
+echo "== fuzz the reader for a bounded time (libFuzzer, ASan + UBSan)"
+scripts/fuzz.sh "${MMNPZ_FUZZ_SECONDS:-120}"
 
 echo "== build and test with ASan + UBSan"
 BUILD_DIR=build-asan scripts/setup.sh -DCMAKE_BUILD_TYPE=Debug -DMMNPZ_SANITIZE=ON -DMMNPZ_EXAMPLES=OFF -DMMNPZ_PYTHON=OFF

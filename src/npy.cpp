@@ -438,6 +438,11 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
   const std::uint64_t text_offset = r.offset();
   const std::string_view raw = r.take_str(header_len, ".npy header");
   h.data_offset = r.offset() - file_offset;
+  // numpy decodes a 3.0 header as UTF-8 and refuses it when that fails; accepting it would
+  // let invalid UTF-8 into field names, which no header can then spell again.
+  if (h.major_version == 3 && !detail::is_valid_utf8(raw)) {
+    ctx.fail(errc::corrupt_npy, text_offset, "bad .npy header: a version 3.0 header must be UTF-8");
+  }
 
   if (!read_numpy_layout(raw, h) || !sizes_fit(h)) {
     read_header_dict(raw, h.major_version != 3, ctx, text_offset, h);

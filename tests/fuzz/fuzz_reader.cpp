@@ -1,0 +1,136 @@
+// Fuzz target for the reader: opens an archive from bytes, lists it, decodes every member and
+// verifies it. Any mmnpz::error is an expected answer to a malformed input; anything else
+// (another exception, a sanitizer report, a broken invariant) is a bug and escapes to the
+// fuzzer. Built with libFuzzer under -DMMNPZ_FUZZ=ON, and in every build into fuzz_replay,
+// which runs the saved corpus as an ordinary test.
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "mmnpz/npy.hpp"
+#include "mmnpz/reader.hpp"
+
+namespace {
+
+// A broken invariant is a bug: it escapes as an exception other than mmnpz::error.
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::logic_error("fuzz_reader: invariant broken: " + what);
+}
+
+// Every member's bytes and array data must lie inside what keeps them alive: for mapped
+// members, inside the file. Checked explicitly because the in-memory copy of the file is
+// rounded up to a page, so a small overread would not be seen by AddressSanitizer.
+bool inside(const std::byte* p, std::uint64_t n, const std::byte* lo, std::uint64_t size) {
+  return p >= lo && static_cast<std::uint64_t>(p - lo) <= size &&
+         n <= size - static_cast<std::uint64_t>(p - lo);
+}
+
+// Reads every byte, so that a sanitizer sees any byte that is not there.
+std::uint64_t checksum(const std::byte* p, std::uint64_t n) {
+  std::uint64_t sum = 0;
+  for (std::uint64_t i = 0; i < n; ++i) sum = sum * 31 + static_cast<std::uint8_t>(p[i]);
+  return sum;
+}
+
+// Typed access either works or raises mmnpz::error (type_mismatch, misaligned).
+std::uint64_t typed_access(const mmnpz::array_view& a) {
+  std::uint64_t sum = 0;
+  const auto attempt = [&](auto get) {
+    try {
+      sum += reinterpret_cast<std::uintptr_t>(get()) & 1;
+    } catch (const mmnpz::error& e) {
+      sum += static_cast<std::uint64_t>(e.code());
+    }
+  };
+  attempt([&] { return a.data_as<double>(); });
+  attempt([&] { return a.data_as<std::int32_t>(mmnpz::alignment_check::allow_misaligned); });
+  attempt([&] { return a.data_as<std::uint8_t>(); });
+  attempt([&] { return a.data_as<bool>(); });
+  return sum;
+}
+
+// What the reader accepted, mmnpz writes back in a header that reads as the same array (so
+// here even mmnpz::error is a bug).
+void check_header_round_trip(const mmnpz::array_view& a) {
+  const mmnpz::dtype& t = a.type();
+  try {
+    require(mmnpz::parse_descr(t.descr()) == t, "descr() does not parse back to the dtype");
+    if (a.nbytes() > (1u << 16)) return;
+    std::string npy = mmnpz::make_npy_header(t, a.shape(), a.fortran_order());
+    npy.append(reinterpret_cast<const char*>(a.data()), a.nbytes());
+    const mmnpz::npy_header h = mmnpz::read_npy_header(npy.data(), npy.size());
+    require(h.type == t && h.shape == a.shape() && h.fortran_order == a.fortran_order() &&
+                h.nbytes == a.nbytes(),
+            "make_npy_header() does not read back as the array");
+  } catch (const mmnpz::error& e) {
+    require(false, "the header mmnpz writes for " + t.descr() + " does not read: " + e.what());
+  }
+}
+
+std::uint64_t exercise_member(const mmnpz::reader& r, std::size_t i,
+                              const mmnpz::bytes_view& file) {
+  std::uint64_t sum = 0;
+  const mmnpz::member_info& m = r.member(i);
+  sum += m.crc32 + m.compressed_size + m.uncompressed_size + m.name.size();
+  // The last member of a name wins, as in numpy.
+  const auto found = r.find(m.name);
+  require(found && *found >= i && r.member(*found).name == m.name,
+          "a member's own name does not resolve to it or a later namesake");
+
+  const mmnpz::bytes_view b = r.bytes(i);
+  require(b.size == m.uncompressed_size, "bytes() size differs from the directory's");
+  require(b.size == 0 || b.data != nullptr, "bytes() of a non-empty member is null");
+  if (b.mapped) require(inside(b.data, b.size, file.data, file.size), "bytes() outside the file");
+  sum += checksum(b.data, b.size);
+
+  if (!r.is_array(i)) return sum;
+  const mmnpz::array_view a = r.array(i);
+  const mmnpz::dtype& t = a.type();
+  sum += static_cast<std::uint8_t>(t.kind()) + t.itemsize() + t.descr().size() + t.str().size();
+  sum += t.fields().size() + t.datetime_unit().size() + (t.has_object() ? 1 : 0);
+  require(a.shape().size() == a.strides().size(), "shape and strides differ in length");
+  for (auto d : a.shape()) sum += d;
+  for (auto s : a.strides()) sum += static_cast<std::uint64_t>(s);
+  sum += a.fortran_order() ? 1 : 0;
+  require(a.data() != nullptr, "array data is null");
+  require(a.is_mapped() == b.mapped, "array and bytes disagree on being mapped");
+  require(inside(a.data(), a.nbytes(), b.data, b.size), "array data outside the member");
+  if (a.is_mapped()) {
+    require(a.file_offset() == static_cast<std::uint64_t>(a.data() - file.data),
+            "file_offset() is not where the data lies");
+  }
+  sum += checksum(a.data(), a.nbytes()) + a.size() + (a.is_aligned(8) ? 1 : 0);
+  sum += typed_access(a);
+  check_header_round_trip(a);
+  return sum;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  volatile std::uint64_t sink = 0;
+  try {
+    const mmnpz::reader r = mmnpz::reader::from_bytes(data, size, "fuzz.npz");
+    const mmnpz::bytes_view file = r.file_bytes();
+    require(file.size == size, "file_bytes() size differs from the input");
+    sink = sink + r.comment().size() + r.leading_bytes() + (r.is_zip64() ? 1 : 0);
+    const auto names = r.names();
+    require(names.size() == r.size(), "names() and size() disagree");
+    for (const auto& n : names) require(r.contains(n), "a key from names() does not resolve");
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      try {
+        sink = sink + exercise_member(r, i, file);
+      } catch (const mmnpz::error& e) {
+        sink = sink + e.detail().size();
+      }
+    }
+    const mmnpz::verify_result v = r.verify();
+    require(v.members_checked == r.size(), "verify() skipped members");
+    sink = sink + v.bytes_checked + v.failures.size();
+  } catch (const mmnpz::error& e) {
+    sink = sink + std::string(e.what()).size();
+  }
+  return 0;
+}
