@@ -34,9 +34,9 @@ MMNPZ_CLMUL inline __m128i fold(__m128i x, __m128i k, __m128i next) {
 // polynomial 0xEDB88320. Works on the raw register (no pre/post inversion); n is a multiple
 // of 16, at least 64. The constants are x^k mod P for the fold distances, bit-reflected.
 MMNPZ_CLMUL std::uint32_t crc32_fold(std::uint32_t crc, const unsigned char* p, std::size_t n) {
-  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);  // fold 512 bits
-  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);  // fold 128 bits
-  const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);               // 64 -> 32 bits
+  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);     // fold 512 bits
+  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);     // fold 128 bits
+  const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);                 // 64 -> 32 bits
   const __m128i poly_mu = _mm_set_epi64x(0x1f7011641, 0x1db710641);  // Barrett reduction
   const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
 

@@ -142,8 +142,9 @@ dtype dtype::structured(std::vector<field> fields) {
     t.has_object_ = t.has_object_ || f.type.has_object();
     if (i) t.descr_ += ", ";
     t.descr_ += "(";
-    t.descr_ += f.title.empty() ? detail::py_repr(f.name)
-                                : "(" + detail::py_repr(f.title) + ", " + detail::py_repr(f.name) + ")";
+    t.descr_ += f.title.empty()
+                    ? detail::py_repr(f.name)
+                    : "(" + detail::py_repr(f.title) + ", " + detail::py_repr(f.name) + ")";
     t.descr_ += ", " + f.type.descr();
     if (!f.shape.empty()) t.descr_ += ", " + detail::shape_literal(f.shape);
     t.descr_ += ")";

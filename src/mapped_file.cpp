@@ -40,9 +40,8 @@ mapped_bytes map_file(const std::string& path) {
   if (p == MAP_FAILED) os_error("map", path, errno);
   const std::uint64_t size = m.size;
   m.data = static_cast<const std::byte*>(p);
-  m.keepalive = std::shared_ptr<const void>(p, [size](const void* q) {
-    ::munmap(const_cast<void*>(q), size);
-  });
+  m.keepalive = std::shared_ptr<const void>(
+      p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
   return m;
 }
 
@@ -54,7 +53,8 @@ mapped_bytes copy_bytes(const void* data, std::size_t size) {
   if (!p) throw std::bad_alloc();
   std::memcpy(p, data, size);
   m.data = static_cast<const std::byte*>(p);
-  m.keepalive = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  m.keepalive =
+      std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   return m;
 }
 

@@ -17,12 +17,12 @@ using detail::byte_reader;
 // A parsed Python literal: the subset numpy writes in headers.
 struct py_value {
   enum kind_t { str, integer, boolean, none, tuple, list, dict } kind = none;
-  std::string text;        // str
-  std::uint64_t num = 0;   // integer (magnitude)
-  bool negative = false;   // integer sign
-  bool flag = false;       // boolean
+  std::string text;             // str
+  std::uint64_t num = 0;        // integer (magnitude)
+  bool negative = false;        // integer sign
+  bool flag = false;            // boolean
   std::vector<py_value> items;  // tuple, list; dict as key, value, key, value...
-  std::size_t pos = 0;     // where it starts in the header text
+  std::size_t pos = 0;          // where it starts in the header text
 };
 
 // Recursive-descent parser over the header text; every index is checked against size.
@@ -48,7 +48,8 @@ class literal_parser {
 
  private:
   void skip_space() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) {
+    while (i_ < s_.size() &&
+           (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) {
       ++i_;
     }
   }
@@ -68,8 +69,9 @@ class literal_parser {
     py_value v;
     v.pos = i_;
     const char c = s_[i_];
-    if (c == '\'' || c == '"' || ((c == 'u' || c == 'b') && i_ + 1 < s_.size() &&
-                                  (s_[i_ + 1] == '\'' || s_[i_ + 1] == '"'))) {
+    if (c == '\'' || c == '"' ||
+        ((c == 'u' || c == 'b') && i_ + 1 < s_.size() &&
+         (s_[i_ + 1] == '\'' || s_[i_ + 1] == '"'))) {
       v.kind = py_value::str;
       v.text = string_literal();
     } else if (c == '(' || c == '[' || c == '{') {
@@ -145,15 +147,34 @@ class literal_parser {
       if (i_ >= s_.size()) fail("unterminated string");
       const char e = s_[i_++];
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case '0': out += '\0'; break;
-        case '\\': case '\'': case '"': out += e; break;
-        case 'x': append_utf8(out, hex_digits(2)); break;
-        case 'u': append_utf8(out, hex_digits(4)); break;
-        case 'U': append_utf8(out, hex_digits(8)); break;
-        default: fail(std::string("unsupported escape '\\") + e + "'");
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          out += e;
+          break;
+        case 'x':
+          append_utf8(out, hex_digits(2));
+          break;
+        case 'u':
+          append_utf8(out, hex_digits(4));
+          break;
+        case 'U':
+          append_utf8(out, hex_digits(8));
+          break;
+        default:
+          fail(std::string("unsupported escape '\\") + e + "'");
       }
     }
   }
@@ -349,7 +370,10 @@ void read_header_dict(std::string_view raw, bool latin1, const detail::context& 
   }
   if (!descr || !fortran || !shape) {
     parser.fail_at(doc.pos, std::string("missing key '") +
-                                (!descr ? "descr" : !fortran ? "fortran_order" : "shape") + "'");
+                                (!descr     ? "descr"
+                                 : !fortran ? "fortran_order"
+                                            : "shape") +
+                                "'");
   }
   if (fortran->kind != py_value::boolean) {
     parser.fail_at(fortran->pos, "fortran_order must be True or False");
@@ -368,8 +392,8 @@ void read_header_dict(std::string_view raw, bool latin1, const detail::context& 
     }
   }
   if (!array_nbytes(h.shape, h.type.itemsize(), h.nbytes)) {
-    parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " of " +
-                                   h.type.str() + " overflows");
+    parser.fail_at(shape->pos, "shape " + detail::shape_literal(h.shape) + " of " + h.type.str() +
+                                   " overflows");
   }
 }
 
@@ -424,8 +448,8 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
   } else if ((h.major_version == 2 || h.major_version == 3) && h.minor_version == 0) {
     header_len = r.le32();
   } else {
-    r.fail_at(file_offset + 6, "unsupported .npy version " + std::to_string(h.major_version) +
-                                   "." + std::to_string(h.minor_version));
+    r.fail_at(file_offset + 6, "unsupported .npy version " + std::to_string(h.major_version) + "." +
+                                   std::to_string(h.minor_version));
   }
   if (header_len > max_npy_header_len) {
     r.fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
@@ -451,8 +475,10 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
   if (!h.type.has_object() && h.nbytes > r.remaining()) {
     ctx.fail(errc::corrupt_npy, r.offset(),
              "array data of " + std::to_string(h.nbytes) + " bytes (shape " +
-                 detail::shape_literal(h.shape) + ", " + h.type.str() + ") runs past the end of "
-                 "the member (" + std::to_string(r.remaining()) + " bytes remain)");
+                 detail::shape_literal(h.shape) + ", " + h.type.str() +
+                 ") runs past the end of "
+                 "the member (" +
+                 std::to_string(r.remaining()) + " bytes remain)");
   }
   return h;
 }
@@ -468,8 +494,8 @@ dtype parse_descr(const std::string& literal) {
 
 std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,
                             bool fortran_order) {
-  const std::string dict = "{'descr': " + type.descr() + ", 'fortran_order': " +
-                           (fortran_order ? "True" : "False") +
+  const std::string dict = "{'descr': " + type.descr() +
+                           ", 'fortran_order': " + (fortran_order ? "True" : "False") +
                            ", 'shape': " + detail::shape_literal(shape) + ", }";
   std::string body;
   int major = 1;
@@ -487,7 +513,8 @@ std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>&
   std::string out(npy_magic, npy_magic_len);
   out += static_cast<char>(major);
   out += '\0';
-  for (std::size_t k = 0; k < prefix - 8; ++k) out += static_cast<char>((header_len >> (8 * k)) & 0xFF);
+  for (std::size_t k = 0; k < prefix - 8; ++k)
+    out += static_cast<char>((header_len >> (8 * k)) & 0xFF);
   out += body;
   out.append(total - out.size() - 1, ' ');
   out += '\n';

@@ -29,8 +29,9 @@ std::uint64_t fnv1a(std::string_view s) {
 }
 
 std::string_view stem(std::string_view name) {
-  return name.size() >= 4 && name.substr(name.size() - 4) == ".npy" ? name.substr(0, name.size() - 4)
-                                                                     : name;
+  return name.size() >= 4 && name.substr(name.size() - 4) == ".npy"
+             ? name.substr(0, name.size() - 4)
+             : name;
 }
 
 // Open addressing over member names, hashed by their stem (the name without ".npy"), so that
@@ -176,8 +177,8 @@ class archive {
       d.contents_error = std::current_exception();
       return;
     }
-    d.is_array = d.contents_size >= npy_magic_len &&
-                 std::memcmp(d.contents, npy_magic, npy_magic_len) == 0;
+    d.is_array =
+        d.contents_size >= npy_magic_len && std::memcmp(d.contents, npy_magic, npy_magic_len) == 0;
     if (!d.is_array) return;
     try {
       make_view(m, d);
@@ -257,8 +258,8 @@ class archive {
     while (failure.empty()) {
       if (z.avail_in == 0 && in_left > 0) {
         z.avail_in = static_cast<uInt>(std::min<std::uint64_t>(in_left, 1u << 30));
-        z.next_in = reinterpret_cast<Bytef*>(
-            const_cast<std::byte*>(in + (m.compressed_size - in_left)));
+        z.next_in =
+            reinterpret_cast<Bytef*>(const_cast<std::byte*>(in + (m.compressed_size - in_left)));
         in_left -= z.avail_in;
       }
       const bool full = out_done == cap;
@@ -276,7 +277,8 @@ class archive {
       } else if (rc == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) {
         failure = "deflate stream is truncated";
       } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        failure = std::string("deflate stream is corrupt") + (z.msg ? std::string(": ") + z.msg : "");
+        failure =
+            std::string("deflate stream is corrupt") + (z.msg ? std::string(": ") + z.msg : "");
       }
       out_done += produced;
     }
@@ -306,9 +308,9 @@ class archive {
       try {
         h = read_npy_header(d.contents, d.contents_size, path_, name, 0);
       } catch (const error& e) {
-        throw error(e.code(), path_, std::string(name), d.contents_offset,
-                    e.detail() + " (at byte " + std::to_string(e.offset()) +
-                        " of the inflated member)");
+        throw error(
+            e.code(), path_, std::string(name), d.contents_offset,
+            e.detail() + " (at byte " + std::to_string(e.offset()) + " of the inflated member)");
       }
     }
     if (h.type.has_object()) {
@@ -353,8 +355,8 @@ class archive {
                 "array of " + s.type.str() + " is not in native byte order");
   }
   throw error(errc::misaligned, std::string(s.path), std::string(s.member), s.file_offset,
-              "data is not aligned to " + std::to_string(wanted.itemsize()) +
-                  " bytes for " + wanted.str() + " (allow it with alignment_check::allow_misaligned)");
+              "data is not aligned to " + std::to_string(wanted.itemsize()) + " bytes for " +
+                  wanted.str() + " (allow it with alignment_check::allow_misaligned)");
 }
 
 }  // namespace detail

@@ -1,13 +1,13 @@
 #include "mmnpz/writer.hpp"
 
 #include <fcntl.h>
-#include <sys/uio.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <unordered_set>
@@ -41,7 +41,8 @@ constexpr std::size_t write_chunk = std::size_t{1} << 20;
 constexpr std::size_t small_array = std::size_t{1} << 20;
 constexpr std::size_t crc_field = 14;
 // From this size on, a second thread checksums an array while the caller's thread writes it.
-constexpr std::size_t parallel_crc = std::size_t{8} << 20;  // offset of the CRC-32 in a local header
+constexpr std::size_t parallel_crc = std::size_t{8}
+                                     << 20;  // offset of the CRC-32 in a local header
 
 }  // namespace
 
@@ -64,7 +65,7 @@ struct writer::impl {
   std::uint64_t cur_data = 0;  // absolute offset of the next data byte
   std::uint64_t cur_left = 0;  // array bytes still expected
   std::uint32_t cur_crc = 0;
-  std::string head;          // local header + .npy header, until written with the first data
+  std::string head;  // local header + .npy header, until written with the first data
   bool head_written = false;
   bool crc_in_head = false;  // else it is patched into the local header at commit
 
@@ -260,8 +261,9 @@ struct writer::impl {
       const std::string name = cur.name;
       const std::uint64_t left = cur_left;
       abandon();
-      refuse(name, std::to_string(left) + " bytes of the array are missing; the member was "
-                                          "abandoned");
+      refuse(name, std::to_string(left) +
+                       " bytes of the array are missing; the member was "
+                       "abandoned");
     }
     try {
       if (!head_written) {  // an empty array, or a small one
@@ -325,7 +327,8 @@ struct writer::impl {
     const std::size_t prefix = v1 ? 10 : 12;
     npy.insert(npy.size() - 1, 64, ' ');
     const std::uint64_t len = npy.size() - prefix;
-    for (std::size_t k = 0; k < prefix - 8; ++k) npy[8 + k] = static_cast<char>((len >> (8 * k)) & 0xFF);
+    for (std::size_t k = 0; k < prefix - 8; ++k)
+      npy[8 + k] = static_cast<char>((len >> (8 * k)) & 0xFF);
   }
 
   void open_append_if_exists() {
@@ -426,14 +429,16 @@ writer::stream::~stream() {
 }
 bool writer::stream::owns() const { return w_ && w_->active && w_->member_id == id_; }
 void writer::stream::write(const void* data, std::size_t n) {
-  if (!owns()) throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {},
-                           error::no_offset, "the stream's member was committed or abandoned");
+  if (!owns())
+    throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {}, error::no_offset,
+                "the stream's member was committed or abandoned");
   w_->write_data(data, n);
 }
 std::uint64_t writer::stream::remaining() const { return owns() ? w_->cur_left : 0; }
 void writer::stream::commit() {
-  if (!owns()) throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {},
-                           error::no_offset, "the stream's member was committed or abandoned");
+  if (!owns())
+    throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {}, error::no_offset,
+                "the stream's member was committed or abandoned");
   w_->commit();
 }
 

@@ -13,22 +13,17 @@ namespace mmnpz::detail {
 namespace {
 
 constexpr std::uint16_t cp437_high[128] = {
-    0xc7, 0xfc, 0xe9, 0xe2, 0xe4, 0xe0, 0xe5, 0xe7,
-    0xea, 0xeb, 0xe8, 0xef, 0xee, 0xec, 0xc4, 0xc5,
-    0xc9, 0xe6, 0xc6, 0xf4, 0xf6, 0xf2, 0xfb, 0xf9,
-    0xff, 0xd6, 0xdc, 0xa2, 0xa3, 0xa5, 0x20a7, 0x192,
-    0xe1, 0xed, 0xf3, 0xfa, 0xf1, 0xd1, 0xaa, 0xba,
-    0xbf, 0x2310, 0xac, 0xbd, 0xbc, 0xa1, 0xab, 0xbb,
-    0x2591, 0x2592, 0x2593, 0x2502, 0x2524, 0x2561, 0x2562, 0x2556,
-    0x2555, 0x2563, 0x2551, 0x2557, 0x255d, 0x255c, 0x255b, 0x2510,
-    0x2514, 0x2534, 0x252c, 0x251c, 0x2500, 0x253c, 0x255e, 0x255f,
-    0x255a, 0x2554, 0x2569, 0x2566, 0x2560, 0x2550, 0x256c, 0x2567,
-    0x2568, 0x2564, 0x2565, 0x2559, 0x2558, 0x2552, 0x2553, 0x256b,
-    0x256a, 0x2518, 0x250c, 0x2588, 0x2584, 0x258c, 0x2590, 0x2580,
-    0x3b1, 0xdf, 0x393, 0x3c0, 0x3a3, 0x3c3, 0xb5, 0x3c4,
-    0x3a6, 0x398, 0x3a9, 0x3b4, 0x221e, 0x3c6, 0x3b5, 0x2229,
-    0x2261, 0xb1, 0x2265, 0x2264, 0x2320, 0x2321, 0xf7, 0x2248,
-    0xb0, 0x2219, 0xb7, 0x221a, 0x207f, 0xb2, 0x25a0, 0xa0,
+    0xc7,   0xfc,   0xe9,   0xe2,   0xe4,   0xe0,   0xe5,   0xe7,   0xea,   0xeb,   0xe8,   0xef,
+    0xee,   0xec,   0xc4,   0xc5,   0xc9,   0xe6,   0xc6,   0xf4,   0xf6,   0xf2,   0xfb,   0xf9,
+    0xff,   0xd6,   0xdc,   0xa2,   0xa3,   0xa5,   0x20a7, 0x192,  0xe1,   0xed,   0xf3,   0xfa,
+    0xf1,   0xd1,   0xaa,   0xba,   0xbf,   0x2310, 0xac,   0xbd,   0xbc,   0xa1,   0xab,   0xbb,
+    0x2591, 0x2592, 0x2593, 0x2502, 0x2524, 0x2561, 0x2562, 0x2556, 0x2555, 0x2563, 0x2551, 0x2557,
+    0x255d, 0x255c, 0x255b, 0x2510, 0x2514, 0x2534, 0x252c, 0x251c, 0x2500, 0x253c, 0x255e, 0x255f,
+    0x255a, 0x2554, 0x2569, 0x2566, 0x2560, 0x2550, 0x256c, 0x2567, 0x2568, 0x2564, 0x2565, 0x2559,
+    0x2558, 0x2552, 0x2553, 0x256b, 0x256a, 0x2518, 0x250c, 0x2588, 0x2584, 0x258c, 0x2590, 0x2580,
+    0x3b1,  0xdf,   0x393,  0x3c0,  0x3a3,  0x3c3,  0xb5,   0x3c4,  0x3a6,  0x398,  0x3a9,  0x3b4,
+    0x221e, 0x3c6,  0x3b5,  0x2229, 0x2261, 0xb1,   0x2265, 0x2264, 0x2320, 0x2321, 0xf7,   0x2248,
+    0xb0,   0x2219, 0xb7,   0x221a, 0x207f, 0xb2,   0x25a0, 0xa0,
 };
 
 std::uint32_t load_le32(const std::byte* p) {
@@ -65,8 +60,8 @@ end_record find_end_record(const std::byte* data, std::uint64_t size, const cont
   std::uint64_t fallback = error::no_offset;
   for (std::uint64_t pos = size - zip::end_size + 1; pos-- > lowest;) {
     if (load_le32(data + pos) != zip::end_sig) continue;
-    const std::uint64_t comment_len =
-        static_cast<std::uint64_t>(data[pos + 20]) | static_cast<std::uint64_t>(data[pos + 21]) << 8;
+    const std::uint64_t comment_len = static_cast<std::uint64_t>(data[pos + 20]) |
+                                      static_cast<std::uint64_t>(data[pos + 21]) << 8;
     const std::uint64_t after = size - pos - zip::end_size;
     if (comment_len == after) {
       fallback = pos;
@@ -106,19 +101,21 @@ std::uint64_t read_zip64_end(const std::byte* data, const end_record& classic, e
   const std::uint64_t stated = l.le64();
   const std::uint32_t disks = l.le32();
   if (end64_disk != 0 || disks > 1) {
-    ctx.fail(errc::unsupported, loc, "multi-disk archives are not supported (" +
-                                         std::to_string(disks) + " disks)");
+    ctx.fail(errc::unsupported, loc,
+             "multi-disk archives are not supported (" + std::to_string(disks) + " disks)");
   }
   // The record sits right before the locator unless it has extensible data; its stated
   // offset is wrong when bytes were prepended, so try where it must be first.
   std::uint64_t pos = error::no_offset;
   if (loc >= zip::end64_size && load_le32(data + loc - zip::end64_size) == zip::end64_sig) {
     pos = loc - zip::end64_size;
-  } else if (stated <= loc - std::min(loc, zip::end64_size) && load_le32(data + stated) == zip::end64_sig) {
+  } else if (stated <= loc - std::min(loc, zip::end64_size) &&
+             load_le32(data + stated) == zip::end64_sig) {
     pos = stated;
   } else {
-    ctx.fail(errc::corrupt_zip, loc, "zip64 end of central directory locator points to " +
-                                         std::to_string(stated) + ", where there is no zip64 end record");
+    ctx.fail(errc::corrupt_zip, loc,
+             "zip64 end of central directory locator points to " + std::to_string(stated) +
+                 ", where there is no zip64 end record");
   }
   byte_reader r(data + pos, loc - pos, pos, ctx, errc::corrupt_zip);
   r.le32();
@@ -139,7 +136,8 @@ std::uint64_t read_zip64_end(const std::byte* data, const end_record& classic, e
 
 bool cp437_to_utf8(std::string_view raw, std::uint16_t flags, std::string& out) {
   if (flags & zip::flag_utf8) return false;
-  if (std::all_of(raw.begin(), raw.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+  if (std::all_of(raw.begin(), raw.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
     return false;
   }
   out.clear();
@@ -179,7 +177,8 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
   d.cd_size = e.cd_size;
 
   byte_reader r(data + d.cd_offset, d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
-  d.members.reserve(static_cast<std::size_t>(std::min(e.entries, d.cd_size / zip::central_header_size)));
+  d.members.reserve(
+      static_cast<std::size_t>(std::min(e.entries, d.cd_size / zip::central_header_size)));
   bool ascending = true;
   while (!r.empty()) {
     const std::uint64_t entry_offset = r.offset();
@@ -222,8 +221,10 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
       const std::uint16_t len = extra.le16();
       if (len > extra.remaining()) {
         mctx.fail(errc::corrupt_zip, extra.offset(),
-                  "extra field record of " + std::to_string(len) + " bytes runs past the extra "
-                  "field (" + std::to_string(extra.remaining()) + " bytes remain)");
+                  "extra field record of " + std::to_string(len) +
+                      " bytes runs past the extra "
+                      "field (" +
+                      std::to_string(extra.remaining()) + " bytes remain)");
       }
       if (id != zip::zip64_extra_id) {
         extra.skip(len, "extra field");
@@ -259,11 +260,12 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
     if (!checked_add(m.local_header_offset, d.shift, start) ||
         !checked_add(start, zip::local_header_size + name_len, end) ||
         !checked_add(end, m.compressed_size, end) || end > d.cd_offset) {
-      mctx.fail(errc::corrupt_zip, entry_offset,
-                "member " + range(m.local_header_offset,
-                                  {zip::local_header_size + name_len, m.compressed_size}) +
-                    " (local header, name and data) runs into the central directory at " +
-                    std::to_string(d.cd_offset - d.shift));
+      mctx.fail(
+          errc::corrupt_zip, entry_offset,
+          "member " +
+              range(m.local_header_offset, {zip::local_header_size + name_len, m.compressed_size}) +
+              " (local header, name and data) runs into the central directory at " +
+              std::to_string(d.cd_offset - d.shift));
     }
     m.local_header_offset = start;
     if (!d.members.empty() && start < d.members.back().local_header_offset) ascending = false;

@@ -44,9 +44,9 @@ void append_cd_entry(std::string& out, const cd_entry& e) {
   put32(out, big_u ? zip::u32_saturated : e.uncompressed_size);
   put16(out, e.name.size());
   put16(out, extra.size());
-  put16(out, 0);  // comment
-  put16(out, 0);  // disk
-  put16(out, 0);  // internal attributes
+  put16(out, 0);                             // comment
+  put16(out, 0);                             // disk
+  put16(out, 0);                             // internal attributes
   put32(out, std::uint64_t{0100644} << 16);  // external: a regular file, rw-r--r--
   put32(out, big_o ? zip::u32_saturated : e.local_header_offset);
   out += e.name;
@@ -55,8 +55,8 @@ void append_cd_entry(std::string& out, const cd_entry& e) {
 
 void append_end_records(std::string& out, std::uint64_t count, std::uint64_t cd_size,
                         std::uint64_t cd_offset) {
-  const bool zip64 = count >= zip::u16_saturated || cd_size >= zip::zip64_limit ||
-                     cd_offset >= zip::zip64_limit;
+  const bool zip64 =
+      count >= zip::u16_saturated || cd_size >= zip::zip64_limit || cd_offset >= zip::zip64_limit;
   if (zip64) {
     const std::uint64_t end64_offset = cd_offset + cd_size;
     put32(out, zip::end64_sig);
@@ -115,7 +115,8 @@ void pwritev_all(int fd, const struct iovec* parts, int count, std::uint64_t off
       offset += len;
       continue;
     }
-    pwrite_all(fd, static_cast<const char*>(parts[i].iov_base) + done, len - done, offset + done, path);
+    pwrite_all(fd, static_cast<const char*>(parts[i].iov_base) + done, len - done, offset + done,
+               path);
     offset += len;
     done = 0;
   }

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -200,13 +200,13 @@ int cmd_ls(const args& a) {
         }
       }
       if (json) {
-        std::printf("%s{\"name\": %s, \"dtype\": %s, \"shape\": %s, \"bytes\": %llu, "
-                    "\"method\": \"%s\", \"offset\": %s, \"alignment\": %s}",
-                    i ? ", " : "", json_string(m.name).c_str(),
-                    dtype == "-" ? "null" : json_string(dtype).c_str(),
-                    shape_js.c_str(),
-                    static_cast<unsigned long long>(nbytes), method,
-                    offset == "-" ? "null" : offset.c_str(), aligned == "-" ? "null" : aligned.c_str());
+        std::printf(
+            "%s{\"name\": %s, \"dtype\": %s, \"shape\": %s, \"bytes\": %llu, "
+            "\"method\": \"%s\", \"offset\": %s, \"alignment\": %s}",
+            i ? ", " : "", json_string(m.name).c_str(),
+            dtype == "-" ? "null" : json_string(dtype).c_str(), shape_js.c_str(),
+            static_cast<unsigned long long>(nbytes), method,
+            offset == "-" ? "null" : offset.c_str(), aligned == "-" ? "null" : aligned.c_str());
       } else {
         std::printf("%-24s %-10s %-16s %12llu %-8s %12s %5s\n", std::string(m.name).c_str(),
                     dtype.c_str(), shape.c_str(), static_cast<unsigned long long>(nbytes), method,
@@ -251,8 +251,7 @@ int cmd_info(const args& a) {
     }
     std::printf("%s\n", arrays ? "" : " none");
     std::printf("  bytes before the archive: %llu; comment: %zu bytes; duplicate names: %zu\n",
-                static_cast<unsigned long long>(r.leading_bytes()), r.comment().size(),
-                duplicates);
+                static_cast<unsigned long long>(r.leading_bytes()), r.comment().size(), duplicates);
   }
   return 0;
 }
@@ -410,7 +409,8 @@ int cmd_extract(const args& a) {
     FILE* f = std::fopen(target.c_str(), "wbx");
     if (!f) throw error(errc::io, target, {}, error::no_offset, "create", errno);
     const bool ok = std::fwrite(b.data, 1, b.size, f) == b.size;
-    if (std::fclose(f) != 0 || !ok) throw error(errc::io, target, {}, error::no_offset, "write to", errno);
+    if (std::fclose(f) != 0 || !ok)
+      throw error(errc::io, target, {}, error::no_offset, "write to", errno);
     std::printf("%s\n", target.c_str());
   }
   return 0;

@@ -114,8 +114,9 @@ constexpr char dtype::kind_of() {
 template <class T>
 dtype dtype::of() {
   constexpr char k = kind_of<T>();
-  static_assert(k != 0, "mmnpz::dtype::of<T>: T must be bool, an integer, float, double or "
-                        "std::complex<float|double>");
+  static_assert(k != 0,
+                "mmnpz::dtype::of<T>: T must be bool, an integer, float, double or "
+                "std::complex<float|double>");
   const char order = sizeof(T) == 1 ? '|' : static_cast<char>(native_order);
   return parse(std::string(1, order) + k + std::to_string(sizeof(T)));
 }

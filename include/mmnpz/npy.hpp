@@ -17,9 +17,9 @@ struct npy_header {
   dtype type;
   std::vector<std::uint64_t> shape;  ///< empty for a 0-d array
   bool fortran_order = false;
-  std::uint64_t data_offset = 0;     ///< bytes from the start of the .npy to the data
-  std::uint64_t size = 1;            ///< number of elements (product of shape)
-  std::uint64_t nbytes = 0;          ///< size * itemsize, overflow-checked
+  std::uint64_t data_offset = 0;  ///< bytes from the start of the .npy to the data
+  std::uint64_t size = 1;         ///< number of elements (product of shape)
+  std::uint64_t nbytes = 0;       ///< size * itemsize, overflow-checked
 };
 
 /// Caps on untrusted .npy headers.

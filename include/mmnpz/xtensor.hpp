@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <string_view>
 #include <vector>
-
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xutils.hpp>
@@ -26,7 +25,8 @@ auto adapt(const array_view& view) {
   std::vector<std::size_t> shape(view.shape().begin(), view.shape().end());
   std::vector<std::ptrdiff_t> strides;
   strides.reserve(view.ndim());
-  for (auto s : view.strides()) strides.push_back(static_cast<std::ptrdiff_t>(s) / static_cast<std::ptrdiff_t>(sizeof(T)));
+  for (auto s : view.strides())
+    strides.push_back(static_cast<std::ptrdiff_t>(s) / static_cast<std::ptrdiff_t>(sizeof(T)));
   return xt::adapt(data, static_cast<std::size_t>(view.size()), xt::no_ownership(), shape, strides);
 }
 

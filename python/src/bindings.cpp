@@ -62,9 +62,8 @@ void raise(const mmnpz::error& e) {
       py::object err = format_error_type()(e.what());
       err.attr("path") = e.path();
       err.attr("member") = e.member();
-      err.attr("offset") = e.offset() == mmnpz::error::no_offset
-                               ? py::object(py::none())
-                               : py::object(py::int_(e.offset()));
+      err.attr("offset") = e.offset() == mmnpz::error::no_offset ? py::object(py::none())
+                                                                 : py::object(py::int_(e.offset()));
       err.attr("code") = static_cast<int>(e.code());
       PyErr_SetObject(format_error_type().ptr(), err.ptr());
     }
@@ -121,7 +120,8 @@ struct py_reader {
   // A read-only numpy.memmap of the mapped data, based on the whole file's memmap.
   py::object view(const mmnpz::array_view& v) {
     py::str descr(v.type().descr());
-    py::object dtype = py::reinterpret_borrow<py::object>(PyDict_GetItem(dtypes.ptr(), descr.ptr()));
+    py::object dtype =
+        py::reinterpret_borrow<py::object>(PyDict_GetItem(dtypes.ptr(), descr.ptr()));
     if (!dtype) {
       dtype = make_dtype(descr);
       dtypes[descr] = dtype;
@@ -192,14 +192,18 @@ PYBIND11_MODULE(_mmnpz, m) {
              }
              return std::make_unique<py_reader>(std::move(*opened));
            }),
-           py::arg("path"),
-           R"(Maps the file and parses its central directory, without the GIL.)")
+           py::arg("path"), R"(Maps the file and parses its central directory, without the GIL.)")
       .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
-      .def("names", [](const py_reader& p) { return p.r.names(); }, R"(Names without '.npy', like numpy's files.)")
-      .def("find", [](const py_reader& p, std::string_view key) { return p.r.find(key); }, py::arg("key"),
-           R"(The index a key resolves to (full name, or name + '.npy'), or None.)")
-      .def("member", [](const py_reader& p, std::size_t i) {
+      .def(
+          "names", [](const py_reader& p) { return p.r.names(); },
+          R"(Names without '.npy', like numpy's files.)")
+      .def(
+          "find", [](const py_reader& p, std::string_view key) { return p.r.find(key); },
+          py::arg("key"), R"(The index a key resolves to (full name, or name + '.npy'), or None.)")
+      .def(
+          "member",
+          [](const py_reader& p, std::size_t i) {
             const mmnpz::reader& r = p.r;
             const mmnpz::member_info& mi = r.member(i);
             py::dict d;
@@ -211,7 +215,8 @@ PYBIND11_MODULE(_mmnpz, m) {
             d["uncompressed_size"] = mi.uncompressed_size;
             d["local_header_offset"] = mi.local_header_offset;
             return d;
-          }, py::arg("index"), R"(The central-directory entry at index, as a dict.)")
+          },
+          py::arg("index"), R"(The central-directory entry at index, as a dict.)")
       .def("configure", &py_reader::configure, py::arg("base"), py::arg("memmap_type"),
            py::arg("make_dtype"),
            R"(Sets what lookup() builds views from: the whole file's memmap, numpy.memmap, and a
@@ -219,12 +224,17 @@ callable from a descr literal to a numpy dtype.)")
       .def("lookup", &py_reader::lookup, py::arg("key"),
            R"(None when no member answers to key; else (index, view): a read-only numpy.memmap
 view for a stored array, None for other members (deflated, not .npy, pickled).)")
-      .def("mapping", [](const py_reader& p) {
+      .def(
+          "mapping",
+          [](const py_reader& p) {
             const mmnpz::reader& r = p.r;
             const mmnpz::bytes_view whole = r.file_bytes();
             return shared_buffer{whole.keepalive, whole.data, static_cast<std::size_t>(whole.size)};
-          }, R"(The whole file's mapping as a read-only buffer.)")
-      .def("array", [](const py_reader& p, std::size_t i) -> py::tuple {
+          },
+          R"(The whole file's mapping as a read-only buffer.)")
+      .def(
+          "array",
+          [](const py_reader& p, std::size_t i) -> py::tuple {
             const mmnpz::reader& r = p.r;
             mmnpz::array_view v;
             const char* kind = "array";
@@ -250,19 +260,26 @@ view for a stored array, None for other members (deflated, not .npy, pickled).)"
             for (std::size_t k = 0; k < v.ndim(); ++k) shape[k] = v.shape()[k];
             py::object buffer = py::none();
             if (!v.is_mapped()) {
-              buffer = py::cast(shared_buffer{v.keepalive(), v.data(), static_cast<std::size_t>(v.nbytes())});
+              buffer = py::cast(
+                  shared_buffer{v.keepalive(), v.data(), static_cast<std::size_t>(v.nbytes())});
             }
             return py::make_tuple("array", v.type().descr(), shape, v.fortran_order(),
                                   v.file_offset(), v.nbytes(), buffer);
-          }, py::arg("index"),
+          },
+          py::arg("index"),
           R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
 mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
-      .def("bytes", [](const py_reader& p, std::size_t i) {
+      .def(
+          "bytes",
+          [](const py_reader& p, std::size_t i) {
             const mmnpz::reader& r = p.r;
             const mmnpz::bytes_view b = r.bytes(i);
             return py::bytes(reinterpret_cast<const char*>(b.data), b.size);
-          }, py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
-      .def("verify", [](const py_reader& p) {
+          },
+          py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
+      .def(
+          "verify",
+          [](const py_reader& p) {
             const mmnpz::reader& r = p.r;
             mmnpz::verify_result result;
             {
@@ -272,19 +289,25 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
             py::dict failures;
             for (const auto& e : result.failures) failures[py::str(e.member())] = e.what();
             return failures;
-          }, R"(Checks every member's CRC-32: {member name: error message} of the bad ones.)")
-      .def("verify_one", [](const py_reader& p, std::size_t i) {
+          },
+          R"(Checks every member's CRC-32: {member name: error message} of the bad ones.)")
+      .def(
+          "verify_one",
+          [](const py_reader& p, std::size_t i) {
             const mmnpz::reader& r = p.r;
             const std::string name(r.member(i).name);
             py::gil_scoped_release nogil;
             r.verify(name);
-          }, py::arg("index"), R"(Checks one member; raises FormatError when it is bad.)")
+          },
+          py::arg("index"), R"(Checks one member; raises FormatError when it is bad.)")
       .def_property_readonly("file_size", [](const py_reader& p) { return p.r.file_size(); })
-      .def_property_readonly("leading_bytes", [](const py_reader& p) { return p.r.leading_bytes(); })
-      .def_property_readonly("comment", [](const py_reader& p) {
-            const mmnpz::reader& r = p.r;
-        return py::bytes(r.comment().data(), r.comment().size());
-      })
+      .def_property_readonly("leading_bytes",
+                             [](const py_reader& p) { return p.r.leading_bytes(); })
+      .def_property_readonly("comment",
+                             [](const py_reader& p) {
+                               const mmnpz::reader& r = p.r;
+                               return py::bytes(r.comment().data(), r.comment().size());
+                             })
       .def_property_readonly("is_zip64", [](const py_reader& p) { return p.r.is_zip64(); });
 
   py::class_<py_stream>(m, "Stream", R"(A member being written in pieces.)")
@@ -301,33 +324,42 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
            }),
            py::arg("path"), py::arg("mode") = "x", py::arg("align") = 64,
            py::arg("allow_duplicate_names") = false)
-      .def("write", [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
-                       const std::string& descr, const std::vector<std::uint64_t>& shape,
-                       bool fortran_order) {
-             const mmnpz::dtype type = mmnpz::parse_descr(descr);
-             const py::buffer_info info = bytes_of(data);
-             py::gil_scoped_release nogil;
-             w.write(name, info.ptr, type, shape, fortran_order);
-           },
-           py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
-           py::arg("fortran_order") = false,
-           R"(Writes a whole array from a contiguous buffer holding its bytes in the given order.)")
-      .def("begin", [](mmnpz::writer& w, const std::string& name, const std::string& descr,
-                       const std::vector<std::uint64_t>& shape, bool fortran_order) {
-             return py_stream(w.begin(name, mmnpz::parse_descr(descr), shape, fortran_order));
-           },
-           py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false,
-           py::keep_alive<0, 1>(), R"(Starts a member whose bytes arrive in pieces.)")
+      .def(
+          "write",
+          [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
+             const std::string& descr, const std::vector<std::uint64_t>& shape,
+             bool fortran_order) {
+            const mmnpz::dtype type = mmnpz::parse_descr(descr);
+            const py::buffer_info info = bytes_of(data);
+            py::gil_scoped_release nogil;
+            w.write(name, info.ptr, type, shape, fortran_order);
+          },
+          py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
+          py::arg("fortran_order") = false,
+          R"(Writes a whole array from a contiguous buffer holding its bytes in the given order.)")
+      .def(
+          "begin",
+          [](mmnpz::writer& w, const std::string& name, const std::string& descr,
+             const std::vector<std::uint64_t>& shape, bool fortran_order) {
+            return py_stream(w.begin(name, mmnpz::parse_descr(descr), shape, fortran_order));
+          },
+          py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false,
+          py::keep_alive<0, 1>(), R"(Starts a member whose bytes arrive in pieces.)")
       .def("close", &mmnpz::writer::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("members_written", &mmnpz::writer::members_written)
       .def_property_readonly("path", &mmnpz::writer::path);
 
-  m.def("main", [](const std::vector<std::string>& argv) {
+  m.def(
+      "main",
+      [](const std::vector<std::string>& argv) {
         py::gil_scoped_release nogil;
         return mmnpz::cli::main(argv);
-      }, py::arg("argv"), R"(Runs the mmnpz command line; returns its exit status.)");
+      },
+      py::arg("argv"), R"(Runs the mmnpz command line; returns its exit status.)");
 
-  m.def("recover", [](const std::string& path) {
+  m.def(
+      "recover",
+      [](const std::string& path) {
         mmnpz::recover_result r;
         {
           py::gil_scoped_release nogil;
@@ -340,6 +372,7 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
         d["names"] = r.names;
         d["directory_was_intact"] = r.directory_was_intact;
         return d;
-      }, py::arg("path"),
+      },
+      py::arg("path"),
       R"(Rebuilds the central directory of an archive whose writer died before close().)");
 }

@@ -59,7 +59,8 @@ class byte_reader {
 
  private:
   // Out of line, so that take() stays small enough to inline.
-  [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::uint64_t n, const char* what) const {
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::uint64_t n,
+                                                             const char* what) const {
     fail("truncated " + std::string(what) + ": needs " + std::to_string(n) + " bytes, " +
          std::to_string(remaining()) + " remain");
   }

@@ -13,13 +13,15 @@ namespace mmnpz::detail {
 /// Zp, and Zs but for the space), for the assigned ones that numpy names could plausibly hold;
 /// unassigned code points (Cn) are not known here and pass through.
 inline bool py_unprintable(std::uint32_t cp) {
-  struct range { std::uint32_t lo, hi; };
+  struct range {
+    std::uint32_t lo, hi;
+  };
   static constexpr range ranges[] = {
-      {0x00, 0x1F},       {0x7F, 0xA0},       {0xAD, 0xAD},       {0x600, 0x605},
-      {0x61C, 0x61C},     {0x6DD, 0x6DD},     {0x70F, 0x70F},     {0x1680, 0x1680},
-      {0x180E, 0x180E},   {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x2064},
-      {0x2066, 0x206F},   {0x3000, 0x3000},   {0xD800, 0xF8FF},   {0xFEFF, 0xFEFF},
-      {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
+      {0x00, 0x1F},       {0x7F, 0xA0},        {0xAD, 0xAD},       {0x600, 0x605},
+      {0x61C, 0x61C},     {0x6DD, 0x6DD},      {0x70F, 0x70F},     {0x1680, 0x1680},
+      {0x180E, 0x180E},   {0x2000, 0x200F},    {0x2028, 0x202F},   {0x205F, 0x2064},
+      {0x2066, 0x206F},   {0x3000, 0x3000},    {0xD800, 0xF8FF},   {0xFEFF, 0xFEFF},
+      {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD},  {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
       {0xE0020, 0xE007F}, {0xF0000, 0x10FFFF},
   };
   for (const auto& r : ranges) {
@@ -39,10 +41,15 @@ inline std::string py_repr(std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     // Decode one UTF-8 sequence (the input is valid UTF-8; a stray byte counts as itself).
-    const int extra = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : 0;
+    const int extra = c < 0x80         ? 0
+                      : (c >> 5) == 6  ? 1
+                      : (c >> 4) == 14 ? 2
+                      : (c >> 3) == 30 ? 3
+                                       : 0;
     std::uint32_t cp = extra == 0 ? c : c & (0x3F >> extra);
     const std::size_t len = i + 1 + extra <= s.size() ? 1 + extra : 1;
-    for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    for (std::size_t k = 1; k < len; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
     if (c == '\\' || c == static_cast<unsigned char>(quote)) {
       out += '\\';
       out += static_cast<char>(c);

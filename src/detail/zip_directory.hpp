@@ -14,14 +14,14 @@
 namespace mmnpz::detail {
 
 struct directory {
-  std::vector<member_info> members;   ///< in central-directory order, offsets absolute
-  std::deque<std::string> name_store; ///< names converted from cp437 (members point here)
-  std::uint64_t cd_offset = 0;        ///< absolute offset of the central directory
+  std::vector<member_info> members;    ///< in central-directory order, offsets absolute
+  std::deque<std::string> name_store;  ///< names converted from cp437 (members point here)
+  std::uint64_t cd_offset = 0;         ///< absolute offset of the central directory
   std::uint64_t cd_size = 0;
-  std::uint64_t end_offset = 0;       ///< absolute offset of the classic end record
-  std::uint64_t archive_end = 0;      ///< end of the end record and its comment
-  std::uint64_t shift = 0;            ///< bytes before the archive not counted in its offsets
-  std::uint64_t leading_bytes = 0;    ///< absolute offset of the archive's first byte
+  std::uint64_t end_offset = 0;     ///< absolute offset of the classic end record
+  std::uint64_t archive_end = 0;    ///< end of the end record and its comment
+  std::uint64_t shift = 0;          ///< bytes before the archive not counted in its offsets
+  std::uint64_t leading_bytes = 0;  ///< absolute offset of the archive's first byte
   std::string_view comment;
   bool zip64 = false;
 };

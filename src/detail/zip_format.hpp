@@ -6,12 +6,12 @@
 
 namespace mmnpz::detail::zip {
 
-constexpr std::uint32_t local_header_sig = 0x04034b50;    // PK\3\4
-constexpr std::uint32_t central_header_sig = 0x02014b50;  // PK\1\2
-constexpr std::uint32_t end_sig = 0x06054b50;             // PK\5\6
-constexpr std::uint32_t end64_sig = 0x06064b50;           // PK\6\6
-constexpr std::uint32_t end64_locator_sig = 0x07064b50;   // PK\6\7
-constexpr std::uint32_t data_descriptor_sig = 0x08074b50; // PK\7\8
+constexpr std::uint32_t local_header_sig = 0x04034b50;     // PK\3\4
+constexpr std::uint32_t central_header_sig = 0x02014b50;   // PK\1\2
+constexpr std::uint32_t end_sig = 0x06054b50;              // PK\5\6
+constexpr std::uint32_t end64_sig = 0x06064b50;            // PK\6\6
+constexpr std::uint32_t end64_locator_sig = 0x07064b50;    // PK\6\7
+constexpr std::uint32_t data_descriptor_sig = 0x08074b50;  // PK\7\8
 
 constexpr std::uint64_t local_header_size = 30;
 constexpr std::uint64_t central_header_size = 46;
