@@ -92,11 +92,12 @@ def npy_bytes(arr, allow_pickle=False):
     return bio.getvalue()
 
 
-def raw_npy(header_dict_text, data, align, version=(1, 0)):
-    """A hand-made .npy: header text padded with spaces and '\\n' to a multiple of align."""
+def raw_npy(header_text, data, align=16, version=(1, 0)):
+    """A hand-made .npy: header text (str, or bytes taken as they are) padded with spaces and
+    '\\n' to a multiple of align."""
     enc = "utf-8" if version[0] == 3 else "latin-1"
     len_size = 2 if version[0] == 1 else 4
-    hdr = header_dict_text.encode(enc)
+    hdr = header_text if isinstance(header_text, bytes) else header_text.encode(enc)
     fixed = len(NPY_MAGIC) + 2 + len_size
     total = fixed + len(hdr) + 1
     hdr += b" " * ((-total) % align) + b"\n"

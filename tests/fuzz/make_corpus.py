@@ -24,40 +24,13 @@ import zipfile
 import zlib
 
 import numpy as np
-from numpy.lib import format as npformat
 
-NPY_MAGIC = b"\x93NUMPY"
-FIXED_DATE = (2024, 1, 2, 3, 4, 6)
+# The fixture generator's helpers: the same .npy and ZIP building blocks.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+from make_fixtures import NPY_MAGIC, FIXED_DATE, Unseekable, npy_bytes, raw_npy, zinfo  # noqa: E402
+
 DOS_TIME = (3 << 11) | (4 << 5) | (6 // 2)
 DOS_DATE = ((2024 - 1980) << 9) | (1 << 5) | 2
-
-
-def npy_bytes(arr, allow_pickle=False):
-    """The .npy file numpy writes for arr (numpy picks the header version)."""
-    bio = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Stored array in format 3.0" warnings
-        npformat.write_array(bio, np.asanyarray(arr), allow_pickle=allow_pickle)
-    return bio.getvalue()
-
-
-def raw_npy(header_text, data, version=(1, 0), align=16):
-    """A hand-made .npy: header text (str, or bytes taken as they are) padded with spaces
-    and '\\n' to a multiple of align."""
-    enc = "utf-8" if version[0] == 3 else "latin-1"
-    len_size = 2 if version[0] == 1 else 4
-    hdr = header_text if isinstance(header_text, bytes) else header_text.encode(enc)
-    total = len(NPY_MAGIC) + 2 + len_size + len(hdr) + 1
-    hdr += b" " * ((-total) % align) + b"\n"
-    length = struct.pack("<H" if len_size == 2 else "<I", len(hdr))
-    return NPY_MAGIC + bytes(version) + length + hdr + data
-
-
-def zinfo(name, method=zipfile.ZIP_STORED):
-    zi = zipfile.ZipInfo(name, FIXED_DATE)
-    zi.compress_type = method
-    zi.external_attr = 0o644 << 16
-    return zi
 
 
 def zip_with(members, method=zipfile.ZIP_STORED, comment=b"", stream=None):
@@ -69,29 +42,6 @@ def zip_with(members, method=zipfile.ZIP_STORED, comment=b"", stream=None):
             zf.writestr(zinfo(name, method), data)
         zf.comment = comment
     return bytes(out.buf) if stream is not None else out.getvalue()
-
-
-class Unseekable:
-    """A write-only stream like a pipe, so that zipfile writes data descriptors."""
-
-    def __init__(self):
-        self.buf = bytearray()
-
-    def write(self, b):
-        self.buf += b
-        return len(b)
-
-    def flush(self):
-        pass
-
-    def seekable(self):
-        return False
-
-    def tell(self):
-        raise OSError("unseekable stream")
-
-    def seek(self, *args):
-        raise OSError("unseekable stream")
 
 
 def raw_zip(members, zip64=False, comment=b""):
@@ -275,6 +225,9 @@ def check(name, data, numpy_loads):
 
 
 def main(argv):
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-")):
+        print(f"usage: {argv[0]} [OUTDIR]   (default: the corpus folder beside this script)")
+        return 0 if argv[1:] in (["-h"], ["--help"]) else 2
     here = os.path.dirname(os.path.abspath(__file__))
     outdir = argv[1] if len(argv) > 1 else os.path.join(here, "corpus")
     os.makedirs(outdir, exist_ok=True)
