@@ -614,8 +614,9 @@ WRITERS = [
 # What numpy sees
 # ---------------------------------------------------------------------------------------
 
-def open_npz(path):
-    kw = dict(allow_pickle=False, max_header_size=MAX_HEADER_SIZE)
+def open_npz(path, allow_pickle=False):
+    """np.load of a fixture archive, also of those with bytes before the archive."""
+    kw = dict(allow_pickle=allow_pickle, max_header_size=MAX_HEADER_SIZE)
     with open(path, "rb") as fh:
         head = fh.read(4)
     if head == b"PK\x03\x04":

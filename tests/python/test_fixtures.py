@@ -7,6 +7,7 @@ takes a file starting with PK\\3\\4 for an .npz); see the notes in make_fixtures
 
 import hashlib
 import os
+import sys
 import random
 
 import numpy as np
@@ -14,18 +15,18 @@ import pytest
 
 import mmnpz
 
+# The fixture generator's way of opening its archives (np.load takes a leading stub for a
+# pickle; NpzFile is what it uses for a real .npz).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+from make_fixtures import open_npz  # noqa: E402
+
 GOOD = os.path.join(os.environ.get("MMNPZ_FIXTURES", ""), "good")
 ARCHIVES = sorted(os.listdir(GOOD)) if os.path.isdir(GOOD) else []
 MANY = "many_members_70000.npz"
 
 
 def numpy_npz(path):
-    options = dict(allow_pickle=True, max_header_size=2**31)
-    with open(path, "rb") as fh:
-        head = fh.read(4)
-    if head == b"PK\x03\x04":
-        return np.load(path, **options)
-    return np.lib.npyio.NpzFile(open(path, "rb"), own_fid=True, **options)
+    return open_npz(path, allow_pickle=True)
 
 
 def keys_of(npz):
