@@ -18,7 +18,8 @@ enum class errc {
   type_mismatch,     ///< typed access with the wrong element type or byte order
   misaligned,        ///< typed access to data that is not aligned for the element type
   checksum,          ///< CRC-32 of a member's contents does not match the directory
-  invalid_argument,  ///< a bad request to the writer (name, dtype, shape, mode)
+  invalid_argument,  ///< a bad request: writer name/dtype/shape/mode, excerpt, sampler option
+  out_of_range,      ///< an index or position past the end of a dataset or epoch
 };
 
 /// The one exception type of mmnpz. It carries the code, the file, the member and the byte

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mmnpz/dataset.hpp"
+
+namespace mmnpz {
+
+/// What to do where an excerpt runs past the end of its member.
+enum class pad_mode {
+  none,  ///< refuse: every excerpt must lie inside its member (errc::invalid_argument)
+  fill,  ///< copy what there is and fill the rest with a value (zeros unless given)
+  wrap,  ///< continue from the member's first row, as often as needed
+};
+
+/// One excerpt length and rule for a whole batch.
+struct excerpt_options {
+  std::uint64_t length = 0;  ///< rows along axis 0 per excerpt (in the first field's units)
+  pad_mode pad = pad_mode::none;
+  /// One element's bytes to fill with (pad_mode::fill), in the items' dtype; empty: zeros.
+  std::vector<std::byte> fill;
+  /// Threads of the shared pool to use, the caller included (0: every core).
+  std::size_t threads = 0;
+};
+
+/// One field of a multi-field gather: the same excerpt window taken from `source` items at a
+/// frame rate `rate_num/rate_den` relative to the excerpt's units. The field's window for
+/// start s is rows [s*num/den (rounded down), + length*num/den), which must be a whole number.
+struct gather_field {
+  const dataset* source = nullptr;
+  const std::int64_t* indices = nullptr;  ///< `count` item indices into `source`
+  std::uint64_t rate_num = 1;
+  std::uint64_t rate_den = 1;
+  /// C-contiguous (count, field length, *trailing) destination of `out_bytes` bytes.
+  std::byte* out = nullptr;
+  std::uint64_t out_bytes = 0;
+  /// Optional, `count` entries: rows of each excerpt that came from the member (the rest is
+  /// padding); the field length except with pad_mode::fill.
+  std::int64_t* valid = nullptr;
+  /// The layout every item must have; when unset (row_bytes == 0) the first item's.
+  item_layout expect;
+};
+
+/// The rows of one field's excerpt for a batch-wide `length` (checks it is whole).
+std::uint64_t field_length(std::uint64_t length, std::uint64_t rate_num, std::uint64_t rate_den);
+
+/// The layout the items `indices[0..count)` of `source` share. Throws errc::out_of_range for
+/// a bad index, errc::type_mismatch / errc::invalid_argument naming the first item whose dtype
+/// / trailing shape differs from the first item's.
+item_layout batch_layout(const dataset& source, const std::int64_t* indices, std::size_t count);
+
+/// Fills every field's `out` with `count` excerpts: excerpt k of a field is rows
+/// [start_k, start_k + field length) (field-rate units) of item indices[k]. Everything is
+/// checked before the first byte is copied (indices, layouts, starts: 0 <= start, and
+/// start <= member length for pad_mode::fill, start + length <= member length for
+/// pad_mode::none, a non-empty member for pad_mode::wrap; out_bytes); errors name the archive
+/// and member. Copies run on the shared thread pool, reading items in file order; no lock
+/// is taken and nothing is allocated per item. Safe to call from many threads at once.
+void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
+            const excerpt_options& options);
+
+/// Single-field gather into a C-contiguous (count, length, *trailing) buffer.
+void gather(const dataset& source, const std::int64_t* indices, const std::int64_t* starts,
+            std::size_t count, std::byte* out, std::uint64_t out_bytes,
+            const excerpt_options& options, std::int64_t* valid = nullptr);
+
+}  // namespace mmnpz

@@ -1,0 +1,101 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace mmnpz {
+
+/// A random-access pseudo-random permutation of [0, n): a balanced Feistel network on the
+/// smallest even number of bits that covers n, with cycle walking. O(1) memory and time per
+/// element (fewer than 4 network evaluations on average); the same (n, key) always gives
+/// the same permutation.
+class permutation {
+ public:
+  permutation(std::uint64_t n, std::uint64_t key);
+  std::uint64_t size() const { return n_; }
+  /// The element at position i (i < size()).
+  std::uint64_t operator()(std::uint64_t i) const;
+
+ private:
+  std::uint64_t encrypt(std::uint64_t x) const;
+  std::uint64_t n_;
+  std::uint64_t keys_[6];
+  unsigned half_bits_;
+  std::uint64_t half_mask_;
+};
+
+/// A counter-based random number: a 64-bit hash of (seed, epoch, position, stream) that
+/// needs no state, so any draw can be recomputed.
+std::uint64_t counter_random(std::uint64_t seed, std::uint64_t epoch, std::uint64_t position,
+                             std::uint64_t stream);
+
+/// How a sampler picks items.
+enum class sampling {
+  sequential,        ///< items in index order
+  shuffle,           ///< every item once per epoch, in a new random order each epoch
+  with_replacement,  ///< items drawn uniformly and independently
+  sliding_window,    ///< every window [k*hop, k*hop + length) lying inside an item, in order
+                     ///< (or shuffled with `shuffle_windows`)
+  weighted_excerpts  ///< every excerpt position lying inside an item equally likely, drawn
+                     ///< independently (so long items are picked in proportion to length)
+};
+
+struct sampler_options {
+  sampling kind = sampling::shuffle;
+  std::uint64_t seed = 0;
+  /// Excerpt length in rows; 0 means whole items (start 0). Required by sliding_window and
+  /// weighted_excerpts.
+  std::uint64_t length = 0;
+  /// sliding_window: the step between windows (0: `length`, windows that do not overlap).
+  std::uint64_t hop = 0;
+  /// sliding_window: visit the windows in a new random order each epoch.
+  bool shuffle_windows = false;
+  /// sequential, shuffle, with_replacement: a uniformly random start in [0, len - length]
+  /// for each draw (true), or start 0 (false). Items shorter than `length` start at 0.
+  bool random_crop = true;
+  /// with_replacement, weighted_excerpts: draws per epoch (0: one per item).
+  std::uint64_t num_samples = 0;
+  /// This process's part of every epoch: positions rank, rank + world_size, ... of it.
+  std::uint64_t rank = 0;
+  std::uint64_t world_size = 1;
+  /// With several ranks and an epoch size E that world_size does not divide: true gives each
+  /// rank floor(E / world_size) samples (the last E mod world_size are left out, the same
+  /// ones on every rank's view, so parts stay disjoint); false gives ceil(E / world_size),
+  /// the missing ones taken again from the start of the epoch (so parts cover all of it and
+  /// overlap by fewer than world_size samples, as torch's DistributedSampler does).
+  bool drop_remainder = true;
+};
+
+/// A deterministic stream of (item index, excerpt start) pairs: the pair at (epoch, position)
+/// depends only on the items' lengths, the options and those two numbers, so a run can be
+/// resumed from the two integers alone and any batch recomputed. Immutable; thread-safe.
+class sampler {
+ public:
+  /// `lengths`: each item's length along axis 0. Throws errc::invalid_argument for bad
+  /// options, for no items, and when `length` is longer than every item.
+  sampler(std::vector<std::uint64_t> lengths, sampler_options options);
+
+  const sampler_options& options() const { return o_; }
+  /// Samples per epoch across all ranks.
+  std::uint64_t epoch_size() const { return epoch_size_; }
+  /// Samples per epoch for this rank (see drop_remainder).
+  std::uint64_t rank_size() const;
+  /// Writes the samples at positions [position, position + count) of this rank's part of
+  /// `epoch`. Throws errc::out_of_range when they run past rank_size().
+  void fill(std::uint64_t epoch, std::uint64_t position, std::size_t count, std::int64_t* indices,
+            std::int64_t* starts) const;
+  /// The epoch-wide position (0 <= p < epoch_size()) of this rank's `position`.
+  std::uint64_t global_position(std::uint64_t position) const;
+
+ private:
+  void sample(std::uint64_t epoch, std::uint64_t g, std::int64_t& index, std::int64_t& start) const;
+  std::uint64_t crop(std::uint64_t epoch, std::uint64_t g, std::uint64_t item) const;
+
+  std::vector<std::uint64_t> lengths_;
+  sampler_options o_;
+  std::vector<std::uint64_t> prefix_;  // weighted: excerpt positions; sliding: windows
+  std::uint64_t epoch_size_ = 0;
+};
+
+}  // namespace mmnpz

@@ -1,0 +1,251 @@
+#include "mmnpz/dataset.hpp"
+
+#include <fnmatch.h>
+#include <glob.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "detail/thread_pool.hpp"
+
+namespace mmnpz {
+namespace detail {
+
+struct dataset_state {
+  std::vector<std::string> paths;
+  std::vector<reader> readers;
+  std::vector<dataset_item> items;
+  std::vector<std::uint64_t> lengths;
+  std::vector<item_layout> layouts;
+  mutable std::once_flag names_built;
+  mutable std::unordered_map<std::string_view, std::size_t> names;
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::dataset_item;
+
+bool has_pattern(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// "dir/train@16.npz" -> {"dir/train", 16, ".npz"}; nothing when `spec` is not a shard spec.
+struct shard_spec {
+  std::string stem;
+  std::size_t count = 0;
+  std::string ext;
+};
+std::optional<shard_spec> parse_shard_spec(const std::string& spec) {
+  const std::size_t slash = spec.rfind('/');
+  const std::size_t at = spec.rfind('@');
+  if (at == std::string::npos || (slash != std::string::npos && at < slash) || at == 0) return {};
+  std::size_t end = at + 1;
+  while (end < spec.size() && spec[end] >= '0' && spec[end] <= '9') ++end;
+  if (end == at + 1 || end - at - 1 > 9) return {};
+  if (end < spec.size() && (spec[end] != '.' || spec.find('/', end) != std::string::npos))
+    return {};
+  shard_spec s{spec.substr(0, at), std::stoul(spec.substr(at + 1, end - at - 1)), spec.substr(end)};
+  if (s.count == 0) return {};
+  return s;
+}
+
+std::string shard_name(const shard_spec& s, std::size_t i) {
+  char digits[64];
+  std::snprintf(digits, sizeof digits, "-%05zu-of-%05zu", i, s.count);
+  return s.stem + digits + s.ext;
+}
+
+std::vector<std::string> glob_paths(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0) {
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  if (out.empty()) {
+    throw error(errc::io, pattern, {}, error::no_offset, "find any file matching", ENOENT);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool is_c_contiguous(const array_view& v) {
+  std::int64_t expected = static_cast<std::int64_t>(v.type().itemsize());
+  for (std::size_t d = v.ndim(); d-- > 0;) {
+    if (v.shape()[d] > 1 && v.strides()[d] != expected) return false;
+    expected *= static_cast<std::int64_t>(v.shape()[d]);
+  }
+  return true;
+}
+
+struct shard_items {
+  std::vector<dataset_item> items;
+  std::vector<array_view> views;  // parallel to items; layouts are interned afterwards
+};
+
+shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& select) {
+  shard_items out;
+  for (std::size_t m = 0; m < r.size(); ++m) {
+    const member_info& info = r.member(m);
+    if (r.find(info.name) != m) continue;  // shadowed by a later member of the same name
+    std::string_view key = info.name;
+    if (key.size() > 4 && key.substr(key.size() - 4) == ".npy") key.remove_suffix(4);
+    if (!select.empty() && ::fnmatch(select.c_str(), std::string(key).c_str(), 0) != 0) continue;
+    array_view v = r.array(m);
+    if (v.ndim() == 0) {
+      throw error(errc::invalid_argument, r.path(), std::string(info.name), error::no_offset,
+                  "is a 0-d array; dataset items need a first axis (choose members with select)");
+    }
+    dataset_item it;
+    it.data = v.data();
+    it.length = v.shape()[0];
+    it.shard = shard;
+    it.member = m;
+    it.c_contiguous = is_c_contiguous(v);
+    out.items.push_back(it);
+    out.views.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::size_t thread_count(std::size_t wanted) {
+  return wanted == 0 ? detail::thread_pool::shared().workers() + 1 : wanted;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_paths(const std::vector<std::string>& specs) {
+  std::vector<std::string> out;
+  for (const std::string& spec : specs) {
+    if (auto s = parse_shard_spec(spec)) {
+      for (std::size_t i = 0; i < s->count; ++i) out.push_back(shard_name(*s, i));
+    } else if (has_pattern(spec)) {
+      for (auto& p : glob_paths(spec)) out.push_back(std::move(p));
+    } else {
+      out.push_back(spec);
+    }
+  }
+  return out;
+}
+
+dataset::dataset(const std::vector<std::string>& specs, dataset_options options) {
+  auto s = std::make_shared<detail::dataset_state>();
+  s->paths = expand_paths(specs);
+  if (s->paths.size() > UINT32_MAX) {
+    throw error(errc::invalid_argument, s->paths.front(), {}, error::no_offset,
+                "too many archives for one dataset");
+  }
+  const std::size_t n = s->paths.size();
+  std::vector<std::optional<reader>> readers(n);
+  std::vector<shard_items> per_shard(n);
+  detail::thread_pool::shared().run(n, thread_count(options.threads), [&](std::size_t i) {
+    readers[i].emplace(s->paths[i]);
+    per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), options.select);
+  });
+  s->readers.reserve(n);
+  for (auto& r : readers) s->readers.push_back(std::move(*r));
+
+  // Number the items, then intern their layouts (consecutive items almost always share one).
+  std::vector<std::pair<std::uint32_t, std::size_t>> order;  // (shard, position in shard)
+  std::size_t total = 0, longest = 0;
+  for (const auto& p : per_shard) {
+    total += p.items.size();
+    longest = std::max(longest, p.items.size());
+  }
+  order.reserve(total);
+  if (options.order == shard_order::concatenate) {
+    for (std::uint32_t sh = 0; sh < n; ++sh) {
+      for (std::size_t k = 0; k < per_shard[sh].items.size(); ++k) order.emplace_back(sh, k);
+    }
+  } else {
+    for (std::size_t k = 0; k < longest; ++k) {
+      for (std::uint32_t sh = 0; sh < n; ++sh) {
+        if (k < per_shard[sh].items.size()) order.emplace_back(sh, k);
+      }
+    }
+  }
+  s->items.reserve(total);
+  s->lengths.reserve(total);
+  for (const auto& [sh, k] : order) {
+    dataset_item it = per_shard[sh].items[k];
+    const array_view& v = per_shard[sh].views[k];
+    const std::vector<std::uint64_t> trailing(v.shape().begin() + 1, v.shape().end());
+    auto same = [&](const item_layout& l) { return l.type == v.type() && l.trailing == trailing; };
+    if (s->layouts.empty() || !same(s->layouts[s->items.empty() ? 0 : s->items.back().layout])) {
+      auto found = std::find_if(s->layouts.begin(), s->layouts.end(), same);
+      if (found == s->layouts.end()) {
+        std::uint64_t row = v.type().itemsize();
+        for (auto d : trailing) row *= d;  // cannot overflow: the whole array fits the file
+        s->layouts.push_back({v.type(), trailing, row});
+        found = s->layouts.end() - 1;
+      }
+      it.layout = static_cast<std::uint32_t>(found - s->layouts.begin());
+    } else {
+      it.layout = s->items.back().layout;
+    }
+    s->items.push_back(it);
+    s->lengths.push_back(it.length);
+  }
+  s_ = std::move(s);
+}
+
+std::size_t dataset::size() const { return s_->items.size(); }
+const std::vector<std::string>& dataset::paths() const { return s_->paths; }
+std::size_t dataset::shards() const { return s_->readers.size(); }
+const std::vector<std::uint64_t>& dataset::lengths() const { return s_->lengths; }
+const std::vector<item_layout>& dataset::layouts() const { return s_->layouts; }
+
+const reader& dataset::shard(std::size_t sh) const {
+  if (sh >= s_->readers.size()) {
+    throw error(errc::out_of_range, "<dataset>", {}, error::no_offset,
+                "no archive " + std::to_string(sh) + " (the dataset has " +
+                    std::to_string(s_->readers.size()) + ")");
+  }
+  return s_->readers[sh];
+}
+
+const detail::dataset_item& dataset::item(std::size_t i) const {
+  if (i >= s_->items.size()) {
+    throw error(errc::out_of_range, "<dataset>", {}, error::no_offset,
+                "index " + std::to_string(i) + " is out of range for a dataset of " +
+                    std::to_string(s_->items.size()) + " items");
+  }
+  return s_->items[i];
+}
+
+array_view dataset::array(std::size_t i) const {
+  const auto& it = item(i);
+  return s_->readers[it.shard].array(it.member);
+}
+
+std::string_view dataset::name(std::size_t i) const {
+  const auto& it = item(i);
+  std::string_view key = s_->readers[it.shard].member(it.member).name;
+  if (key.size() > 4 && key.substr(key.size() - 4) == ".npy") key.remove_suffix(4);
+  return key;
+}
+
+std::optional<std::size_t> dataset::find(std::string_view key) const {
+  std::call_once(s_->names_built, [this] {
+    s_->names.reserve(s_->items.size());
+    for (std::size_t i = 0; i < s_->items.size(); ++i) s_->names.emplace(name(i), i);
+  });
+  auto it = s_->names.find(key);
+  if (it == s_->names.end() && key.size() > 4 && key.substr(key.size() - 4) == ".npy") {
+    it = s_->names.find(key.substr(0, key.size() - 4));
+  }
+  if (it == s_->names.end()) return std::nullopt;
+  return it->second;
+}
+
+std::size_t dataset::index_of(std::string_view key) const {
+  if (auto i = find(key)) return *i;
+  throw error(errc::not_found, s_->paths.size() == 1 ? s_->paths[0] : "<dataset>", {},
+              error::no_offset, "no item named '" + std::string(key) + "'");
+}
+
+}  // namespace mmnpz

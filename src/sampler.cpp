@@ -1,0 +1,194 @@
+#include "mmnpz/sampler.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "mmnpz/error.hpp"
+
+namespace mmnpz {
+namespace {
+
+__extension__ typedef unsigned __int128 u128;  // exact products of two 64-bit values
+
+// The splitmix64 finaliser: a bijection of 64-bit words with full avalanche.
+constexpr std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// A uniform draw in [0, n) from 64 random bits (multiply-shift; bias below n / 2^64).
+std::uint64_t below(std::uint64_t bits, std::uint64_t n) {
+  return static_cast<std::uint64_t>((static_cast<u128>(bits) * n) >> 64);
+}
+
+enum stream : std::uint64_t { permutation_key = 1, pick = 2, crop_start = 3 };
+
+[[noreturn]] void bad_option(const std::string& detail) {
+  throw error(errc::invalid_argument, "<sampler>", {}, error::no_offset, detail);
+}
+
+}  // namespace
+
+std::uint64_t counter_random(std::uint64_t seed, std::uint64_t epoch, std::uint64_t position,
+                             std::uint64_t stream) {
+  std::uint64_t h = mix(seed + 0x9e3779b97f4a7c15ULL);
+  h = mix(h ^ (epoch + 0x632be59bd9b4e019ULL));
+  h = mix(h ^ (position + 0x85157af5e0a1d3b1ULL));
+  return mix(h ^ (stream + 0xd6e8feb86659fd93ULL));
+}
+
+permutation::permutation(std::uint64_t n, std::uint64_t key) : n_(n) {
+  unsigned bits = 2;
+  while (bits < 64 && (std::uint64_t{1} << bits) < n) bits += 2;
+  half_bits_ = bits / 2;
+  half_mask_ = (std::uint64_t{1} << half_bits_) - 1;
+  for (std::uint64_t r = 0; r < 6; ++r) keys_[r] = mix(key ^ mix(r + 0x2545f4914f6cdd1dULL));
+}
+
+std::uint64_t permutation::encrypt(std::uint64_t x) const {
+  std::uint64_t left = x >> half_bits_, right = x & half_mask_;
+  for (std::uint64_t k : keys_) {
+    const std::uint64_t next = left ^ (mix(right ^ k) & half_mask_);
+    left = right;
+    right = next;
+  }
+  return (left << half_bits_) | right;
+}
+
+std::uint64_t permutation::operator()(std::uint64_t i) const {
+  // Cycle walking: the network permutes [0, 4^half_bits); re-encrypt until inside [0, n).
+  std::uint64_t x = encrypt(i);
+  while (x >= n_) x = encrypt(x);
+  return x;
+}
+
+sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
+    : lengths_(std::move(lengths)), o_(o) {
+  const std::uint64_t n = lengths_.size();
+  if (n == 0) bad_option("there are no items to sample from");
+  if (o_.world_size == 0) bad_option("world_size must be at least 1");
+  if (o_.rank >= o_.world_size) {
+    bad_option("rank " + std::to_string(o_.rank) + " is not below world_size " +
+               std::to_string(o_.world_size));
+  }
+  const std::uint64_t longest = *std::max_element(lengths_.begin(), lengths_.end());
+  if (o_.length > longest) {
+    bad_option("an excerpt of " + std::to_string(o_.length) +
+               " rows is longer than every item (the longest has " + std::to_string(longest) + ")");
+  }
+  const bool windows = o_.kind == sampling::sliding_window;
+  if ((windows || o_.kind == sampling::weighted_excerpts) && o_.length == 0) {
+    bad_option(std::string(windows ? "sliding_window" : "weighted_excerpts") +
+               " sampling needs an excerpt length");
+  }
+  if (o_.hop == 0) o_.hop = o_.length;
+  switch (o_.kind) {
+    case sampling::sequential:
+    case sampling::shuffle:
+      epoch_size_ = n;
+      break;
+    case sampling::with_replacement:
+      epoch_size_ = o_.num_samples ? o_.num_samples : n;
+      break;
+    case sampling::sliding_window:
+    case sampling::weighted_excerpts: {
+      prefix_.resize(n + 1);
+      prefix_[0] = 0;
+      for (std::uint64_t i = 0; i < n; ++i) {
+        const std::uint64_t len = lengths_[i];
+        std::uint64_t count = 0;
+        if (len >= o_.length)
+          count = windows ? (len - o_.length) / o_.hop + 1 : len - o_.length + 1;
+        prefix_[i + 1] = prefix_[i] + count;
+      }
+      epoch_size_ = windows ? prefix_[n] : (o_.num_samples ? o_.num_samples : n);
+      break;
+    }
+    default:
+      bad_option("unknown sampling kind");
+  }
+}
+
+std::uint64_t sampler::rank_size() const {
+  const std::uint64_t w = o_.world_size;
+  return o_.drop_remainder ? epoch_size_ / w : epoch_size_ / w + (epoch_size_ % w != 0);
+}
+
+std::uint64_t sampler::global_position(std::uint64_t position) const {
+  const u128 g = static_cast<u128>(position) * o_.world_size + o_.rank;
+  return static_cast<std::uint64_t>(g % epoch_size_);
+}
+
+std::uint64_t sampler::crop(std::uint64_t epoch, std::uint64_t g, std::uint64_t item) const {
+  const std::uint64_t len = lengths_[item];
+  if (!o_.random_crop || o_.length == 0 || len <= o_.length) return 0;
+  return below(counter_random(o_.seed, epoch, g, crop_start), len - o_.length + 1);
+}
+
+void sampler::sample(std::uint64_t epoch, std::uint64_t g, std::int64_t& index,
+                     std::int64_t& start) const {
+  const std::uint64_t n = lengths_.size();
+  std::uint64_t item = 0, first = 0;
+  switch (o_.kind) {
+    case sampling::sequential:
+      item = g;
+      first = crop(epoch, g, item);
+      break;
+    case sampling::shuffle:
+      item = permutation(n, counter_random(o_.seed, epoch, 0, permutation_key))(g);
+      first = crop(epoch, g, item);
+      break;
+    case sampling::with_replacement:
+      item = below(counter_random(o_.seed, epoch, g, pick), n);
+      first = crop(epoch, g, item);
+      break;
+    case sampling::sliding_window:
+    case sampling::weighted_excerpts: {
+      std::uint64_t u;
+      if (o_.kind == sampling::weighted_excerpts) {
+        u = below(counter_random(o_.seed, epoch, g, pick), prefix_[n]);
+      } else if (o_.shuffle_windows) {
+        u = permutation(prefix_[n], counter_random(o_.seed, epoch, 0, permutation_key))(g);
+      } else {
+        u = g;
+      }
+      item = static_cast<std::uint64_t>(std::upper_bound(prefix_.begin(), prefix_.end(), u) -
+                                        prefix_.begin()) -
+             1;
+      const std::uint64_t k = u - prefix_[item];
+      first = o_.kind == sampling::weighted_excerpts ? k : k * o_.hop;
+      break;
+    }
+  }
+  index = static_cast<std::int64_t>(item);
+  start = static_cast<std::int64_t>(first);
+}
+
+void sampler::fill(std::uint64_t epoch, std::uint64_t position, std::size_t count,
+                   std::int64_t* indices, std::int64_t* starts) const {
+  const std::uint64_t size = rank_size();
+  if (position > size || count > size - position) {
+    throw error(errc::out_of_range, "<sampler>", {}, error::no_offset,
+                "positions [" + std::to_string(position) + ", " + std::to_string(position + count) +
+                    ") run past the end of the epoch (" + std::to_string(size) +
+                    " samples for rank " + std::to_string(o_.rank) + " of " +
+                    std::to_string(o_.world_size) + ")");
+  }
+  // One permutation for the whole call (its keys cost more than an element).
+  if (o_.kind == sampling::shuffle) {
+    const permutation p(lengths_.size(), counter_random(o_.seed, epoch, 0, permutation_key));
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::uint64_t g = global_position(position + k);
+      const std::uint64_t item = p(g);
+      indices[k] = static_cast<std::int64_t>(item);
+      starts[k] = static_cast<std::int64_t>(crop(epoch, g, item));
+    }
+    return;
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    sample(epoch, global_position(position + k), indices[k], starts[k]);
+  }
+}
+
+}  // namespace mmnpz

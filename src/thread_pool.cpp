@@ -1,0 +1,98 @@
+#include "detail/thread_pool.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+
+namespace mmnpz::detail {
+
+struct thread_pool::job {
+  const std::function<void(std::size_t)>* task = nullptr;
+  std::size_t n = 0;
+  std::size_t helpers = 0;           // how many workers may still join (threads - 1)
+  std::atomic<std::size_t> next{0};  // next task to hand out
+  std::size_t done = 0;              // finished tasks, under done_mutex
+  std::mutex done_mutex;
+  std::condition_variable all_done;
+  std::exception_ptr failure;
+};
+
+thread_pool& thread_pool::shared() {
+  // Leaked on purpose: workers may still be parked when static destructors run.
+  static thread_pool* pool =
+      new thread_pool(std::max<std::size_t>(1, std::thread::hardware_concurrency()) - 1);
+  return *pool;
+}
+
+thread_pool::thread_pool(std::size_t workers) {
+  workers_.reserve(workers);
+  for (std::size_t i = 0; i < workers; ++i) workers_.emplace_back([this] { work(); });
+}
+
+thread_pool::~thread_pool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void thread_pool::execute(job& j) {
+  std::size_t finished = 0;
+  std::exception_ptr failure;
+  for (std::size_t i; (i = j.next.fetch_add(1)) < j.n;) {
+    try {
+      (*j.task)(i);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+    ++finished;
+  }
+  if (finished == 0) return;
+  std::lock_guard<std::mutex> lock(j.done_mutex);
+  if (failure && !j.failure) j.failure = failure;
+  j.done += finished;
+  if (j.done == j.n) j.all_done.notify_all();
+}
+
+void thread_pool::run(std::size_t n, std::size_t threads,
+                      const std::function<void(std::size_t)>& task) {
+  if (n == 0) return;
+  const std::size_t helpers = std::min({threads > 0 ? threads - 1 : 0, n - 1, workers_.size()});
+  if (helpers == 0) {
+    for (std::size_t i = 0; i < n; ++i) task(i);
+    return;
+  }
+  auto j = std::make_shared<job>();
+  j->task = &task;
+  j->n = n;
+  j->helpers = helpers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(j);
+  }
+  for (std::size_t i = 0; i < helpers; ++i) wake_.notify_one();
+  execute(*j);
+  std::unique_lock<std::mutex> lock(j->done_mutex);
+  j->all_done.wait(lock, [&] { return j->done == j->n; });
+  if (j->failure) std::rethrow_exception(j->failure);
+}
+
+void thread_pool::work() {
+  for (;;) {
+    std::shared_ptr<job> j;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      j = queue_.front();
+      // A job takes at most `helpers` workers; once it has them (or has no task left to
+      // hand out) it leaves the queue so the next job can be served.
+      if (--j->helpers == 0 || j->next.load() >= j->n) queue_.pop_front();
+    }
+    execute(*j);
+  }
+}
+
+}  // namespace mmnpz::detail

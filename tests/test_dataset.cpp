@@ -1,0 +1,148 @@
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "mmnpz/mmnpz.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+// Writes `count` float32 members "clip_<first+k>" of (frames(k), 3) rows valued 1000*clip+row.
+void write_clips(const std::string& path, std::size_t first, std::size_t count,
+                 std::size_t base_frames = 5) {
+  mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+  for (std::size_t k = first; k < first + count; ++k) {
+    const std::size_t frames = base_frames + k % 4;
+    std::vector<float> v(frames * 3);
+    for (std::size_t r = 0; r < frames; ++r)
+      for (std::size_t c = 0; c < 3; ++c) v[r * 3 + c] = 1000.0f * k + r;
+    w.write("clip_" + std::to_string(k), v.data(), {frames, 3});
+  }
+}
+
+std::string shard_path(const std::string& stem, std::size_t i, std::size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu.npz", i, n);
+  return stem + buf;
+}
+
+}  // namespace
+
+TEST_SUITE("dataset") {
+  TEST_CASE("a shard spec names NAME-0000i-of-0000N files and patterns expand sorted") {
+    CHECK(mmnpz::expand_paths({"d/train@3.npz"}) ==
+          std::vector<std::string>{"d/train-00000-of-00003.npz", "d/train-00001-of-00003.npz",
+                                   "d/train-00002-of-00003.npz"});
+    CHECK(mmnpz::expand_paths({"a.npz", "b@1"}) ==
+          std::vector<std::string>{"a.npz", "b-00000-of-00001"});
+    CHECK(mmnpz::expand_paths({"x@y/a.npz"}) == std::vector<std::string>{"x@y/a.npz"});
+    const std::string stem = test::scratch("globbed");
+    write_clips(stem + "_b.npz", 0, 1);
+    write_clips(stem + "_a.npz", 0, 1);
+    CHECK(mmnpz::expand_paths({stem + "_*.npz"}) ==
+          std::vector<std::string>{stem + "_a.npz", stem + "_b.npz"});
+    try {
+      mmnpz::expand_paths({stem + "_nothing*.npz"});
+      FAIL("no error");
+    } catch (const mmnpz::error& e) {
+      CHECK(std::string(e.what()) ==
+            "cannot find any file matching '" + stem + "_nothing*.npz': No such file or directory");
+    }
+  }
+
+  TEST_CASE("items of several shards are numbered concatenated or interleaved") {
+    const std::string stem = test::scratch("shards");
+    write_clips(shard_path(stem, 0, 3), 0, 4);
+    write_clips(shard_path(stem, 1, 3), 4, 2);
+    write_clips(shard_path(stem, 2, 3), 6, 3);
+    const mmnpz::dataset cat(stem + "@3.npz");
+    REQUIRE(cat.size() == 9);
+    CHECK(cat.shards() == 3);
+    for (std::size_t i = 0; i < 9; ++i) {
+      CHECK(cat.name(i) == "clip_" + std::to_string(i));
+      CHECK(cat.length(i) == 5 + i % 4);
+      CHECK(cat.lengths()[i] == 5 + i % 4);
+      CHECK(cat.index_of("clip_" + std::to_string(i)) == i);
+      CHECK(cat.index_of("clip_" + std::to_string(i) + ".npy") == i);
+      CHECK(cat.array(i).data_as<float>()[3] == 1000.0f * i + 1);
+    }
+    CHECK(cat.layouts().size() == 1);
+    CHECK(cat.layout(0).trailing == std::vector<std::uint64_t>{3});
+    CHECK(cat.layout(0).row_bytes == 12);
+    CHECK_FALSE(cat.find("clip_9"));
+    CHECK_THROWS_WITH_AS(cat.index_of("nope"), "<dataset>: no item named 'nope'", mmnpz::error);
+    CHECK_THROWS_WITH_AS(
+        cat.length(9), "<dataset>: index 9 is out of range for a dataset of 9 items", mmnpz::error);
+
+    mmnpz::dataset_options o;
+    o.order = mmnpz::shard_order::interleave;
+    const mmnpz::dataset inter(stem + "@3.npz", o);
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < inter.size(); ++i) names.emplace_back(inter.name(i));
+    CHECK(names == std::vector<std::string>{"clip_0", "clip_4", "clip_6", "clip_1", "clip_5",
+                                            "clip_7", "clip_2", "clip_8", "clip_3"});
+    CHECK(inter.shard_of(1) == 1);
+    CHECK(inter.member_of(1) == 0);
+  }
+
+  TEST_CASE("select keeps matching members and other members must be arrays with an axis") {
+    const std::string path = test::scratch("mixed.npz");
+    {
+      mmnpz::writer w(path);
+      const float spec[6] = {1, 2, 3, 4, 5, 6};
+      const std::int32_t labels[3] = {7, 8, 9};
+      const double rate = 16000;
+      w.write("a_spec", spec, {2, 3});
+      w.write("a_labels", labels, {3});
+      w.write("rate", &rate, {});
+      w.write_bytes("readme.txt", "hi", 2);
+    }
+    mmnpz::dataset_options o;
+    o.select = "*_spec";
+    const mmnpz::dataset specs(path, o);
+    REQUIRE(specs.size() == 1);
+    CHECK(specs.name(0) == "a_spec");
+    o.select = "a_*";
+    const mmnpz::dataset both(path, o);
+    CHECK(both.size() == 2);
+    CHECK(both.layouts().size() == 2);
+    CHECK(both.layout(1).type.str() == "<i4");
+    CHECK(both.layout(1).trailing.empty());
+    CHECK(both.layout(1).row_bytes == 4);
+    o.select = "r*";
+    CHECK_THROWS_WITH_AS(mmnpz::dataset(path, o),
+                         (path + ": member 'rate.npy': is a 0-d array; dataset items need a "
+                                 "first axis (choose members with select)")
+                             .c_str(),
+                         mmnpz::error);
+    o.select = "readme*";
+    try {
+      mmnpz::dataset d(path, o);
+      FAIL("no error");
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::not_an_array);
+      CHECK(e.member() == "readme.txt");
+    }
+  }
+
+  TEST_CASE("a missing shard is an error naming it") {
+    const std::string stem = test::scratch("gap");
+    write_clips(shard_path(stem, 0, 2), 0, 1);
+    CHECK_THROWS_WITH_AS(
+        mmnpz::dataset(stem + "@2.npz"),
+        ("cannot open '" + shard_path(stem, 1, 2) + "': No such file or directory").c_str(),
+        mmnpz::error);
+  }
+
+  TEST_CASE("opening many shards from many threads gives the same items") {
+    const std::string stem = test::scratch("many");
+    for (std::size_t s = 0; s < 40; ++s) write_clips(shard_path(stem, s, 40), s * 25, 25);
+    mmnpz::dataset_options one;
+    one.threads = 1;
+    const mmnpz::dataset a(stem + "@40.npz", one);
+    const mmnpz::dataset b(stem + "@40.npz");
+    REQUIRE(a.size() == 1000);
+    CHECK(a.lengths() == b.lengths());
+    for (std::size_t i = 0; i < 1000; ++i) CHECK(b.name(i) == "clip_" + std::to_string(i));
+  }
+}

@@ -1,0 +1,263 @@
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "mmnpz/mmnpz.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+constexpr std::size_t bins = 3;
+
+float value(std::size_t clip, std::size_t frame, std::size_t bin) {
+  return 1000.0f * clip + 10.0f * frame + bin;
+}
+
+// Clips of (frames[k], 3) float32 rows, optionally a Fortran-order copy of each as "f_<k>".
+mmnpz::dataset make(const std::string& name, const std::vector<std::size_t>& frames,
+                    bool fortran = false) {
+  const std::string path = test::scratch(name);
+  {
+    mmnpz::writer w(path);
+    for (std::size_t k = 0; k < frames.size(); ++k) {
+      std::vector<float> c(frames[k] * bins), f(frames[k] * bins);
+      for (std::size_t r = 0; r < frames[k]; ++r) {
+        for (std::size_t b = 0; b < bins; ++b) {
+          c[r * bins + b] = value(k, r, b);
+          f[b * frames[k] + r] = value(k, r, b);
+        }
+      }
+      if (fortran) {
+        w.write("clip_" + std::to_string(k), f.data(), {frames[k], bins}, true);
+      } else {
+        w.write("clip_" + std::to_string(k), c.data(), {frames[k], bins});
+      }
+    }
+  }
+  return mmnpz::dataset(path);
+}
+
+// What the excerpt should hold, by the rules of each pad mode.
+std::vector<float> expected(const mmnpz::dataset& ds, const std::vector<std::int64_t>& idx,
+                            const std::vector<std::int64_t>& start, std::size_t length,
+                            mmnpz::pad_mode pad, float fill = 0) {
+  std::vector<float> out;
+  for (std::size_t k = 0; k < idx.size(); ++k) {
+    const std::size_t len = ds.length(idx[k]);
+    for (std::size_t r = 0; r < length; ++r) {
+      std::size_t row = start[k] + r;
+      const bool past = row >= len;
+      if (pad == mmnpz::pad_mode::wrap) row %= len;
+      for (std::size_t b = 0; b < bins; ++b) {
+        out.push_back(past && pad == mmnpz::pad_mode::fill ? fill : value(idx[k], row, b));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> run(const mmnpz::dataset& ds, const std::vector<std::int64_t>& idx,
+                       const std::vector<std::int64_t>& start, std::size_t length,
+                       mmnpz::excerpt_options o, std::vector<std::int64_t>* valid = nullptr) {
+  o.length = length;
+  std::vector<float> out(idx.size() * length * bins, -1.0f);
+  if (valid) valid->assign(idx.size(), -1);
+  mmnpz::gather(ds, idx.data(), start.data(), idx.size(), reinterpret_cast<std::byte*>(out.data()),
+                out.size() * sizeof(float), o, valid ? valid->data() : nullptr);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("gather") {
+  TEST_CASE("random excerpts equal the members' rows for every thread count") {
+    const std::vector<std::size_t> frames{50, 7, 120, 33, 64, 9, 200};
+    for (bool fortran : {false, true}) {
+      const auto ds = make(fortran ? "g_f.npz" : "g_c.npz", frames, fortran);
+      std::mt19937 rng(1);
+      for (std::size_t threads : {1, 2, 4}) {
+        std::vector<std::int64_t> idx, start;
+        for (int k = 0; k < 64; ++k) {
+          std::int64_t i;
+          do i = rng() % frames.size();
+          while (frames[i] < 8);
+          idx.push_back(i);
+          start.push_back(rng() % (frames[i] - 8 + 1));
+        }
+        mmnpz::excerpt_options o;
+        o.threads = threads;
+        std::vector<std::int64_t> valid;
+        CHECK(run(ds, idx, start, 8, o, &valid) ==
+              expected(ds, idx, start, 8, mmnpz::pad_mode::none));
+        CHECK(valid == std::vector<std::int64_t>(64, 8));
+      }
+    }
+  }
+
+  TEST_CASE("short members are padded with zeros or a value, or wrapped") {
+    const auto ds = make("g_pad.npz", {5, 12, 0});
+    const std::vector<std::int64_t> idx{0, 1, 0, 2}, start{2, 10, 5, 0};
+    mmnpz::excerpt_options o;
+    o.pad = mmnpz::pad_mode::fill;
+    std::vector<std::int64_t> valid;
+    CHECK(run(ds, idx, start, 6, o, &valid) == expected(ds, idx, start, 6, mmnpz::pad_mode::fill));
+    CHECK(valid == std::vector<std::int64_t>{3, 2, 0, 0});
+    const float minus = -7.5f;
+    o.fill.resize(4);
+    std::memcpy(o.fill.data(), &minus, 4);
+    CHECK(run(ds, idx, start, 6, o) == expected(ds, idx, start, 6, mmnpz::pad_mode::fill, -7.5f));
+
+    o = {};
+    o.pad = mmnpz::pad_mode::wrap;
+    const std::vector<std::int64_t> widx{0, 1, 0}, wstart{2, 10, 13};
+    CHECK(run(ds, widx, wstart, 14, o, &valid) ==
+          expected(ds, widx, wstart, 14, mmnpz::pad_mode::wrap));
+    CHECK(valid == std::vector<std::int64_t>{14, 14, 14});
+  }
+
+  TEST_CASE("bad requests are refused before anything is copied, naming the member") {
+    const auto ds = make("g_bad.npz", {5, 12, 0});
+    const std::string p = ds.paths()[0];
+    mmnpz::excerpt_options o;
+    auto attempt = [&](std::vector<std::int64_t> idx, std::vector<std::int64_t> start,
+                       std::size_t length) {
+      std::vector<float> out(idx.size() * length * bins, -1.0f);
+      o.length = length;
+      try {
+        mmnpz::gather(ds, idx.data(), start.data(), idx.size(),
+                      reinterpret_cast<std::byte*>(out.data()), out.size() * 4, o);
+      } catch (const mmnpz::error& e) {
+        for (float v : out) REQUIRE(v == -1.0f);  // untouched
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    CHECK(attempt({1, 0}, {0, 1}, 6) ==
+          p + ": member 'clip_0.npy': excerpt [1, 7) runs past the end of the member (5 rows); "
+              "pad or wrap to allow it");
+    CHECK(attempt({1, 3}, {0, 0}, 2) ==
+          p + ": index 3 (batch entry 1) is out of range for a dataset of 3 items");
+    CHECK(attempt({1, -1}, {0, 0}, 2) ==
+          p + ": index -1 (batch entry 1) is out of range for a dataset of 3 items");
+    CHECK(attempt({1}, {-2}, 2) == p + ": member 'clip_1.npy': excerpt start -2 is negative");
+    o.pad = mmnpz::pad_mode::fill;
+    CHECK(attempt({0}, {6}, 2) ==
+          p + ": member 'clip_0.npy': excerpt [6, 8) starts past the end of the member (5 rows)");
+    o.pad = mmnpz::pad_mode::wrap;
+    CHECK(attempt({2}, {0}, 2) == p + ": member 'clip_2.npy': an empty member cannot be wrapped");
+    std::vector<float> small(5);
+    std::int64_t i = 0, s = 0;
+    o.length = 2;
+    CHECK_THROWS_WITH_AS(
+        mmnpz::gather(ds, &i, &s, 1, reinterpret_cast<std::byte*>(small.data()), 20, o),
+        "<gather>: the output has 20 bytes but 1 excerpts of 2 rows of 12 "
+        "bytes need 24",
+        mmnpz::error);
+  }
+
+  TEST_CASE("members whose dtype or trailing shape disagree are refused") {
+    const std::string path = test::scratch("g_mixed.npz");
+    {
+      mmnpz::writer w(path);
+      const std::vector<float> a(12, 1.0f);
+      const std::vector<double> b(12, 2.0);
+      w.write("a", a.data(), {4, 3});
+      w.write("b", b.data(), {4, 3});
+      w.write("c", a.data(), {3, 4});
+    }
+    const mmnpz::dataset ds(path);
+    std::vector<std::int64_t> idx{0, 1}, start{0, 0};
+    CHECK_THROWS_WITH_AS(mmnpz::batch_layout(ds, idx.data(), 2),
+                         (path + ": member 'b.npy': has dtype <f8 but the batch has <f4").c_str(),
+                         mmnpz::error);
+    idx = {0, 2};
+    CHECK_THROWS_WITH_AS(
+        mmnpz::batch_layout(ds, idx.data(), 2),
+        (path + ": member 'c.npy': has trailing shape (4,) but the batch has (3,)").c_str(),
+        mmnpz::error);
+    std::vector<float> out(2 * 2 * 3);
+    mmnpz::excerpt_options o;
+    o.length = 2;
+    CHECK_THROWS_AS(mmnpz::gather(ds, idx.data(), start.data(), 2,
+                                  reinterpret_cast<std::byte*>(out.data()), 48, o),
+                    mmnpz::error);
+  }
+
+  TEST_CASE("several fields take the same window at their own frame rates") {
+    // Spectrogram frames at rate 1, labels at rate 1/4 (one label per 4 frames).
+    const std::string path = test::scratch("g_fields.npz");
+    {
+      mmnpz::writer w(path);
+      for (int k = 0; k < 3; ++k) {
+        std::vector<float> spec(40 * bins);
+        for (std::size_t r = 0; r < 40; ++r)
+          for (std::size_t b = 0; b < bins; ++b) spec[r * bins + b] = value(k, r, b);
+        std::vector<std::int32_t> labels(10);
+        for (int r = 0; r < 10; ++r) labels[r] = 100 * k + r;
+        w.write("c" + std::to_string(k) + "_spec", spec.data(), {40, bins});
+        w.write("c" + std::to_string(k) + "_labels", labels.data(), {10});
+      }
+    }
+    mmnpz::dataset_options so, lo;
+    so.select = "*_spec";
+    lo.select = "*_labels";
+    const mmnpz::dataset spec(path, so), labels(path, lo);
+    const std::vector<std::int64_t> idx{2, 0}, start{8, 21};
+    std::vector<float> s_out(2 * 12 * bins);
+    std::vector<std::int32_t> l_out(2 * 3);
+    std::vector<std::int64_t> s_valid(2), l_valid(2);
+    mmnpz::gather_field fs, fl;
+    fs.source = &spec;
+    fs.indices = idx.data();
+    fs.out = reinterpret_cast<std::byte*>(s_out.data());
+    fs.out_bytes = s_out.size() * 4;
+    fs.valid = s_valid.data();
+    fl.source = &labels;
+    fl.indices = idx.data();
+    fl.rate_num = 1;
+    fl.rate_den = 4;
+    fl.out = reinterpret_cast<std::byte*>(l_out.data());
+    fl.out_bytes = l_out.size() * 4;
+    fl.valid = l_valid.data();
+    mmnpz::excerpt_options o;
+    o.length = 12;
+    mmnpz::gather({fs, fl}, start.data(), 2, o);
+    CHECK(s_out == expected(spec, idx, start, 12, mmnpz::pad_mode::none));
+    CHECK(l_out == std::vector<std::int32_t>{202, 203, 204, 5, 6, 7});  // frames 8/4, 21/4
+    o.length = 10;
+    CHECK_THROWS_WITH_AS(mmnpz::gather({fs, fl}, start.data(), 2, o),
+                         "<gather>: an excerpt of 10 rows at rate 1/4 is not a whole number of "
+                         "rows",
+                         mmnpz::error);
+  }
+
+  TEST_CASE("many threads gathering from one dataset at once all get their excerpts") {
+    std::vector<std::size_t> frames;
+    for (std::size_t k = 0; k < 200; ++k) frames.push_back(16 + (k * 13) % 100);
+    const auto ds = make("g_threads.npz", frames);
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < 6; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(t);
+        for (int round = 0; round < 30; ++round) {
+          std::vector<std::int64_t> idx(32), start(32);
+          for (int k = 0; k < 32; ++k) {
+            idx[k] = rng() % frames.size();
+            start[k] = rng() % (frames[idx[k]] - 16 + 1);
+          }
+          mmnpz::excerpt_options o;
+          o.threads = 1 + t % 3;
+          if (run(ds, idx, start, 16, o) != expected(ds, idx, start, 16, mmnpz::pad_mode::none)) {
+            ++failures;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(failures == 0);
+  }
+}

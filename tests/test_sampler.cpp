@@ -1,0 +1,186 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "mmnpz/mmnpz.hpp"
+
+namespace {
+
+using pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+pairs draw(const mmnpz::sampler& s, std::uint64_t epoch, std::uint64_t position,
+           std::size_t count) {
+  std::vector<std::int64_t> idx(count), start(count);
+  s.fill(epoch, position, count, idx.data(), start.data());
+  pairs out;
+  for (std::size_t k = 0; k < count; ++k) out.emplace_back(idx[k], start[k]);
+  return out;
+}
+
+std::vector<std::uint64_t> lengths(std::size_t n) {
+  std::vector<std::uint64_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = 10 + (i * 37) % 90;
+  return v;
+}
+
+}  // namespace
+
+TEST_SUITE("sampler") {
+  TEST_CASE("a permutation visits every element of [0, n) once for many n and keys") {
+    for (std::uint64_t n : {1, 2, 3, 5, 16, 17, 1000, 4097}) {
+      for (std::uint64_t key : {0ULL, 1ULL, 0xdeadbeefULL}) {
+        const mmnpz::permutation p(n, key);
+        std::vector<bool> seen(n);
+        for (std::uint64_t i = 0; i < n; ++i) {
+          const auto x = p(i);
+          REQUIRE(x < n);
+          CHECK_FALSE(seen[x]);
+          seen[x] = true;
+        }
+      }
+    }
+    // Different keys give different orders; huge domains work without memory.
+    const mmnpz::permutation a(1000, 1), b(1000, 2);
+    int same = 0;
+    for (int i = 0; i < 1000; ++i) same += a(i) == b(i);
+    CHECK(same < 20);
+    const mmnpz::permutation big(std::uint64_t{1} << 40, 7);
+    CHECK(big(12345) < (std::uint64_t{1} << 40));
+    CHECK(big(12345) != big(12346));
+  }
+
+  TEST_CASE("the same seed gives the same samples and another epoch another order") {
+    mmnpz::sampler_options o;
+    o.seed = 42;
+    o.length = 8;
+    const mmnpz::sampler s(lengths(500), o);
+    CHECK(s.epoch_size() == 500);
+    const auto e0 = draw(s, 0, 0, 500);
+    CHECK(draw(mmnpz::sampler(lengths(500), o), 0, 0, 500) == e0);
+    const auto e1 = draw(s, 1, 0, 500);
+    CHECK(e0 != e1);
+    std::set<std::int64_t> items0, items1;
+    for (auto [i, st] : e0) items0.insert(i);
+    for (auto [i, st] : e1) items1.insert(i);
+    CHECK(items0.size() == 500);  // without replacement
+    CHECK(items1.size() == 500);
+    // Any slice is the same as drawn in one go (resume from (epoch, position)).
+    CHECK(draw(s, 1, 123, 77) == pairs(e1.begin() + 123, e1.begin() + 200));
+    o.seed = 43;
+    CHECK(draw(mmnpz::sampler(lengths(500), o), 0, 0, 500) != e0);
+  }
+
+  TEST_CASE("random crops lie inside the item and cover every start") {
+    mmnpz::sampler_options o;
+    o.kind = mmnpz::sampling::with_replacement;
+    o.length = 8;
+    o.num_samples = 20000;
+    const auto len = std::vector<std::uint64_t>{10, 4, 8};
+    const mmnpz::sampler s(len, o);
+    std::map<std::pair<std::int64_t, std::int64_t>, int> counts;
+    for (auto [i, st] : draw(s, 3, 0, 20000)) ++counts[{i, st}];
+    // Item 0 starts at 0, 1 or 2; items 1 (shorter) and 2 (exact) at 0.
+    CHECK(counts.size() == 5);
+    for (auto [key, n] : counts) {
+      CHECK(key.second + 8 <= std::max<std::int64_t>(8, len[key.first]));
+      const double expect = key.first == 0 ? 20000.0 / 9 : 20000.0 / 3;
+      CHECK(n == doctest::Approx(expect).epsilon(0.1));
+    }
+    o.random_crop = false;
+    for (auto [i, st] : draw(mmnpz::sampler(len, o), 0, 0, 100)) CHECK(st == 0);
+  }
+
+  TEST_CASE("weighted excerpts make every valid position equally likely") {
+    mmnpz::sampler_options o;
+    o.kind = mmnpz::sampling::weighted_excerpts;
+    o.length = 3;
+    o.num_samples = 60000;
+    const std::vector<std::uint64_t> len{3, 2, 7, 5};  // 1 + 0 + 5 + 3 = 9 positions
+    const mmnpz::sampler s(len, o);
+    CHECK(s.epoch_size() == 60000);
+    std::map<std::pair<std::int64_t, std::int64_t>, int> counts;
+    for (auto [i, st] : draw(s, 0, 0, 60000)) ++counts[{i, st}];
+    CHECK(counts.size() == 9);
+    for (auto [key, n] : counts) {
+      CHECK(key.first != 1);
+      CHECK(static_cast<std::uint64_t>(key.second) + 3 <= len[key.first]);
+      CHECK(n == doctest::Approx(60000.0 / 9).epsilon(0.08));
+    }
+  }
+
+  TEST_CASE("sequential and sliding windows enumerate in order, shuffled windows once each") {
+    mmnpz::sampler_options o;
+    o.kind = mmnpz::sampling::sequential;
+    o.random_crop = false;
+    CHECK(draw(mmnpz::sampler({4, 5, 6}, o), 0, 0, 3) == pairs{{0, 0}, {1, 0}, {2, 0}});
+    o.kind = mmnpz::sampling::sliding_window;
+    o.length = 3;
+    o.hop = 2;
+    const mmnpz::sampler w({4, 2, 7}, o);  // windows: item 0 at 0; item 2 at 0, 2, 4
+    CHECK(w.epoch_size() == 4);
+    CHECK(draw(w, 5, 0, 4) == pairs{{0, 0}, {2, 0}, {2, 2}, {2, 4}});
+    o.shuffle_windows = true;
+    auto shuffled = draw(mmnpz::sampler({4, 2, 7}, o), 5, 0, 4);
+    std::sort(shuffled.begin(), shuffled.end());
+    CHECK(shuffled == pairs{{0, 0}, {2, 0}, {2, 2}, {2, 4}});
+  }
+
+  TEST_CASE("ranks split an epoch into disjoint parts that cover it") {
+    for (bool drop : {true, false}) {
+      for (std::uint64_t world : {1, 2, 3, 4}) {
+        std::vector<std::int64_t> all;
+        std::uint64_t total = 0;
+        for (std::uint64_t rank = 0; rank < world; ++rank) {
+          mmnpz::sampler_options o;
+          o.seed = 9;
+          o.rank = rank;
+          o.world_size = world;
+          o.drop_remainder = drop;
+          const mmnpz::sampler s(lengths(103), o);
+          CHECK(s.rank_size() == (drop ? 103 / world : (103 + world - 1) / world));
+          total += s.rank_size();
+          for (auto [i, st] : draw(s, 2, 0, s.rank_size())) all.push_back(i);
+        }
+        std::set<std::int64_t> distinct(all.begin(), all.end());
+        if (drop) {
+          CHECK(distinct.size() == all.size());  // disjoint
+          CHECK(distinct.size() == 103 - 103 % world);
+        } else {
+          CHECK(distinct.size() == 103);  // covering
+          CHECK(all.size() - distinct.size() == total - 103);
+          CHECK(total - 103 < world);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("bad options and positions past the epoch are refused with a sentence") {
+    mmnpz::sampler_options o;
+    o.length = 200;
+    CHECK_THROWS_WITH_AS(mmnpz::sampler(lengths(5), o),
+                         "<sampler>: an excerpt of 200 rows is longer than every item (the "
+                         "longest has 84)",
+                         mmnpz::error);
+    o.length = 0;
+    o.rank = 2;
+    o.world_size = 2;
+    CHECK_THROWS_WITH_AS(mmnpz::sampler(lengths(5), o),
+                         "<sampler>: rank 2 is not below world_size 2", mmnpz::error);
+    CHECK_THROWS_WITH_AS(mmnpz::sampler({}, {}), "<sampler>: there are no items to sample from",
+                         mmnpz::error);
+    o = {};
+    o.kind = mmnpz::sampling::weighted_excerpts;
+    CHECK_THROWS_WITH_AS(mmnpz::sampler(lengths(5), o),
+                         "<sampler>: weighted_excerpts sampling needs an excerpt length",
+                         mmnpz::error);
+    const mmnpz::sampler s(lengths(5), {});
+    std::int64_t i[4], st[4];
+    CHECK_THROWS_WITH_AS(s.fill(0, 3, 4, i, st),
+                         "<sampler>: positions [3, 7) run past the end of the epoch (5 samples "
+                         "for rank 0 of 1)",
+                         mmnpz::error);
+  }
+}
