@@ -17,7 +17,10 @@ import numpy as np
 from . import _mmnpz
 from ._mmnpz import FormatError
 
-__all__ = ["FormatError", "MemberInfo", "NpzReader", "NpzWriter", "load", "recover", "savez"]
+__all__ = [
+    "Batch", "Dataset", "FormatError", "Loader", "MemberInfo", "NpzReader", "NpzWriter", "Sampler",
+    "gather_fields", "load", "recover", "savez",
+]
 __version__ = _mmnpz.__version__
 
 _dtypes = {}  # descr literal -> numpy dtype, shared by all readers
@@ -373,3 +376,6 @@ def recover(file):
     """Rebuilds the central directory of an archive whose writer died before ``close()``.
     Returns a dict: members_recovered, names, bytes_kept, bytes_cut, directory_was_intact."""
     return _mmnpz.recover(_path(file))
+
+
+from .data import Batch, Dataset, Loader, Sampler, gather_fields  # noqa: E402  (uses _dtype)

@@ -17,6 +17,8 @@
 
 namespace py = pybind11;
 
+void bind_data(py::module_& m);  // data_bindings.cpp
+
 namespace {
 
 // Read-only bytes that Python sees through the buffer protocol, kept alive by a shared_ptr
@@ -57,6 +59,9 @@ void raise(const mmnpz::error& e) {
       return;
     case errc::invalid_argument:
       PyErr_SetString(PyExc_ValueError, e.what());
+      return;
+    case errc::out_of_range:
+      PyErr_SetString(PyExc_IndexError, e.what());
       return;
     default: {
       py::object err = format_error_type()(e.what());
@@ -167,6 +172,7 @@ PYBIND11_MODULE(_mmnpz, m) {
   m.doc() = R"(Memory-mapped .npz archives: the compiled core of the mmnpz package.)";
   m.attr("FormatError") = format_error_type();
   m.attr("__version__") = mmnpz::version_string;
+  bind_data(m);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

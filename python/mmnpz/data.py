@@ -1,0 +1,480 @@
+"""Training-style access to many arrays: datasets over sharded archives, batched excerpt
+gather in C++, deterministic samplers and a prefetching loader.
+
+>>> ds = mmnpz.Dataset("train@16.npz")            # train-00000-of-00016.npz ...
+>>> sampler = mmnpz.Sampler(ds, "weighted", length=100, seed=1)
+>>> for batch in mmnpz.Loader(ds, sampler, batch_size=64, epochs=1):
+...     batch.data                                 # (64, 100, *trailing), one contiguous array
+
+Every excerpt of every batch depends only on (seed, epoch, position): a loader resumes
+exactly from ``state_dict()``, and ranks of a distributed run take disjoint parts of each
+epoch. The gather runs on a persistent C++ thread pool without the GIL and creates no
+Python object per item.
+"""
+
+import collections
+import fractions
+import os
+import queue
+import threading
+
+import numpy as np
+
+from . import _mmnpz
+
+__all__ = ["Batch", "Dataset", "Loader", "Sampler", "gather_fields"]
+
+_PADS = ("none", "fill", "wrap")
+
+
+def _specs(source):
+    if isinstance(source, (str, bytes, os.PathLike)):
+        source = [source]
+    specs = []
+    for s in source:
+        if not isinstance(s, (str, bytes, os.PathLike)):
+            raise TypeError(f"archives must be given as str or os.PathLike, not {type(s).__name__}")
+        specs.append(os.fsdecode(os.fspath(s)))
+    if not specs:
+        raise ValueError("no archives given")
+    return specs
+
+
+def _layout(descr, trailing):
+    from . import _dtype
+
+    return _dtype(descr), tuple(trailing)
+
+
+class Dataset:
+    """Archives opened as one sequence of array items with global indices 0..len-1.
+
+    ``source`` is a path, a shell pattern (``"train-*.npz"``, sorted), a shard spec
+    (``"train@16.npz"`` for ``train-00000-of-00016.npz`` ... ``train-00015-of-00016.npz``), or
+    a list of these. Items are numbered archive after archive (``order="concatenate"``) or
+    taking one from each archive in turn (``order="interleave"``). ``select`` is a shell
+    pattern on member names (without ".npy") choosing the items; every chosen member must be
+    an array with at least one axis. Opening decodes every chosen member's .npy header (in
+    parallel, without the GIL) and nothing else. Pickling sends the archive names only: the
+    other process opens them itself.
+    """
+
+    def __init__(self, source, *, select=None, order="concatenate", threads=0):
+        self._specs = _specs(source)
+        self._select = select or ""
+        self._order = order
+        self._threads = threads
+        self._d = _mmnpz.Dataset(self._specs, self._select, order, threads)
+        self._lengths = None
+        self._layouts = None
+        self._readers = {}
+
+    def __reduce__(self):
+        return (_reopen_dataset, (self._specs, self._select, self._order, self._threads))
+
+    def __len__(self):
+        return len(self._d)
+
+    def __repr__(self):
+        return f"<mmnpz.Dataset of {len(self)} items in {len(self.paths)} archives>"
+
+    @property
+    def paths(self):
+        """The archives, in the order their items are numbered."""
+        return tuple(self._d.paths)
+
+    @property
+    def lengths(self):
+        """Each item's length along axis 0 (read-only int64 array)."""
+        if self._lengths is None:
+            lengths = self._d.lengths().astype(np.int64)
+            lengths.flags.writeable = False
+            self._lengths = lengths
+        return self._lengths
+
+    @property
+    def layouts(self):
+        """The distinct (dtype, trailing shape) pairs among the items."""
+        if self._layouts is None:
+            self._layouts = [_layout(d, t) for d, t in self._d.layouts()]
+        return list(self._layouts)
+
+    @property
+    def layout_ids(self):
+        """Each item's index into ``layouts`` (uint32 array)."""
+        return self._d.layout_ids()
+
+    @property
+    def dtypes(self):
+        """Each item's dtype (object array of numpy dtypes)."""
+        table = np.empty(len(self.layouts), dtype=object)
+        table[:] = [d for d, _ in self.layouts]
+        return table[self.layout_ids]
+
+    @property
+    def trailing_shapes(self):
+        """Each item's shape after axis 0 as an int64 array (len, k), where k is the largest
+        number of trailing axes; shorter shapes are padded with -1."""
+        k = max((len(t) for _, t in self.layouts), default=0)
+        table = np.full((len(self.layouts), k), -1, dtype=np.int64)
+        for row, (_, t) in enumerate(self.layouts):
+            table[row, : len(t)] = t
+        return table[self.layout_ids]
+
+    @property
+    def dtype(self):
+        """The dtype every item has (ValueError when they differ)."""
+        return self._common()[0]
+
+    @property
+    def trailing_shape(self):
+        """The trailing shape every item has (ValueError when they differ)."""
+        return self._common()[1]
+
+    def _common(self):
+        layouts = self.layouts
+        if len(layouts) != 1:
+            raise ValueError(f"the items have {len(layouts)} different (dtype, trailing shape)s")
+        return layouts[0]
+
+    def name(self, index):
+        """The member name of item ``index`` without ".npy"."""
+        return self._d.name(self._check(index))
+
+    def index(self, name):
+        """The index of the item named ``name`` (the first one when archives share it)."""
+        found = self._d.find(name)
+        if found is None:
+            raise KeyError(f"no item named {name!r}")
+        return found
+
+    def locate(self, index):
+        """(archive path, member name) of item ``index``."""
+        return self._location(index)
+
+    def _location(self, index):
+        return tuple(self._d.locate(self._check(index)))
+
+    def _reader(self, path):
+        from . import NpzReader
+
+        reader = self._readers.get(path)
+        if reader is None:
+            reader = self._readers[path] = NpzReader(path)
+        return reader
+
+    def _check(self, index):
+        index = int(index)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} is out of range for a dataset of {len(self)} items")
+        return index
+
+    def __getitem__(self, key):
+        """Item ``key`` (an index or a name) as its reader returns it: a read-only memmap."""
+        index = self.index(key) if isinstance(key, str) else self._check(key)
+        path, member = self._location(index)
+        reader = self._reader(path)
+        return reader[member]
+
+    def gather(self, indices, starts, length, *, out=None, pad="none", fill=0, threads=0,
+               valid=False):
+        """Excerpts rows [starts[k], starts[k] + length) of items indices[k], stacked in one
+        C-contiguous array (len(indices), length, *trailing), new or ``out``.
+
+        ``pad`` says what happens where an excerpt runs past its item's end: "none" refuses
+        (ValueError), "fill" fills with ``fill``, "wrap" continues from the item's first row.
+        With ``valid=True`` also returns how many rows of each excerpt came from the item.
+        Every request is checked before anything is copied; the copy runs in C++ on
+        ``threads`` threads (0: every core) without the GIL. Items must share dtype and
+        trailing shape (TypeError / ValueError naming the first that does not).
+        """
+        results = gather_fields([(self, indices, 1)], starts, length, outs=None if out is None
+                                else [out], pad=pad, fill=fill, threads=threads, valid=valid)
+        return (results[0], results[1][0]) if valid else results[0]
+
+
+def _reopen_dataset(specs, select, order, threads):
+    return Dataset(specs, select=select or None, order=order, threads=threads)
+
+
+def _rate(rate):
+    r = fractions.Fraction(rate).limit_denominator(1 << 20)
+    if r <= 0:
+        raise ValueError(f"a field's rate must be positive, not {rate!r}")
+    return r
+
+
+def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, threads=0,
+                  valid=False):
+    """The same excerpt windows taken from several aligned datasets in one call.
+
+    ``fields`` lists ``(dataset, indices, rate)``: field f's excerpt k is rows
+    [floor(starts[k] * rate), + length * rate) of ``dataset`` item ``indices[k]``, so a label
+    track at a quarter of the frame rate takes ``rate=1/4`` (``length * rate`` must be whole).
+    Returns one array per field (and, with ``valid=True``, one valid-rows array per field).
+    See Dataset.gather for the rest.
+    """
+    if pad not in _PADS:
+        raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    if starts.ndim != 1:
+        raise ValueError("starts must be one-dimensional")
+    length = int(length)
+    if length < 0:
+        raise ValueError(f"length must not be negative, not {length}")
+    if outs is not None and len(outs) != len(fields):
+        raise ValueError(f"there are {len(fields)} fields but {len(outs)} outs")
+    specs, results, valids = [], [], []
+    fill_bytes = {}
+    for f, (ds, indices, rate) in enumerate(fields):
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"fields must hold mmnpz.Dataset, not {type(ds).__name__}")
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        if indices.shape != starts.shape:
+            raise ValueError(f"there are {indices.size} indices but {starts.size} starts")
+        r = _rate(rate)
+        rows = length * r
+        if rows.denominator != 1:
+            raise ValueError(f"an excerpt of {length} rows at rate {r} is not a whole number of rows")
+        if len(indices):
+            dtype, trailing = _layout(*ds._d.batch_layout(indices))
+        else:
+            dtype, trailing = ds._common() if len(ds.layouts) == 1 else (np.dtype(np.float32), ())
+        shape = (len(indices), int(rows)) + trailing
+        if outs is None or outs[f] is None:
+            out = np.empty(shape, dtype)
+        else:
+            out = outs[f]
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+            if out.dtype != dtype or out.shape != shape:
+                raise ValueError(f"out has dtype {out.dtype} and shape {out.shape}, the batch "
+                                 f"needs {dtype} and {shape}")
+        v = np.empty(len(indices), np.int64) if valid else None
+        if pad == "fill" and fill != 0:
+            fill_bytes[f] = np.array(fill, dtype=dtype).tobytes()
+        elif pad == "fill" and len(fields) > 1:
+            fill_bytes[f] = b""
+        specs.append((ds._d, indices, r.numerator, r.denominator, out, v))
+        results.append(out)
+        valids.append(v)
+    if len(fill_bytes) > 1:
+        # One fill element per C++ call: fields of different dtypes are filled one at a time.
+        for f, spec in enumerate(specs):
+            _mmnpz.gather([spec], starts, length, pad, fill_bytes[f], threads)
+    else:
+        _mmnpz.gather(specs, starts, length, pad, next(iter(fill_bytes.values()), b""), threads)
+    return (results, valids) if valid else results
+
+
+_KINDS = ("sequential", "shuffle", "replacement", "sliding", "weighted")
+
+
+class Sampler:
+    """A deterministic stream of (item index, excerpt start) pairs.
+
+    ``kind``: "sequential" (index order), "shuffle" (each item once per epoch, a new order
+    each epoch, from an O(1)-memory random-access permutation), "replacement" (uniform, with
+    replacement), "sliding" (every window [k*hop, k*hop+length) inside an item, in order, or
+    shuffled with ``shuffle_windows``) or "weighted" (every excerpt position inside an item
+    equally likely, so items count in proportion to their length).
+
+    Starts: a random crop (uniform over the positions where the excerpt fits) unless
+    ``random_crop=False`` (start 0); items shorter than ``length`` start at 0. The sample at
+    (epoch, position) depends only on the lengths, the options and those two integers.
+    ``rank`` / ``world_size`` (defaults: torch.distributed's when initialised, else 0 / 1)
+    give this process positions rank, rank + world_size, ... of each epoch: with
+    ``drop_remainder=True`` each rank gets floor(epoch_size / world_size) samples and the
+    parts are disjoint; with False, ceil(...) by repeating the epoch's first samples.
+    ``num_samples``: draws per epoch for "replacement" and "weighted" (default: one per item).
+    """
+
+    def __init__(self, lengths, kind="shuffle", *, seed=0, length=0, hop=0,
+                 shuffle_windows=False, random_crop=True, num_samples=0, rank=None,
+                 world_size=None, drop_remainder=True):
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
+        if isinstance(lengths, Dataset):
+            lengths = lengths.lengths
+        if rank is None or world_size is None:
+            auto_rank, auto_world = _distributed()
+            rank = auto_rank if rank is None else rank
+            world_size = auto_world if world_size is None else world_size
+        self.kind, self.seed, self.length = kind, int(seed), int(length)
+        self.rank, self.world_size = int(rank), int(world_size)
+        for name, value in (("seed", seed), ("length", length), ("hop", hop),
+                            ("num_samples", num_samples), ("rank", rank),
+                            ("world_size", world_size)):
+            if int(value) < 0:
+                raise ValueError(f"{name} must not be negative, not {value}")
+        self._s = _mmnpz.Sampler(np.asarray(lengths, dtype=np.int64), kind, self.seed,
+                                 self.length, int(hop), bool(shuffle_windows),
+                                 bool(random_crop), int(num_samples), self.rank,
+                                 self.world_size, bool(drop_remainder))
+
+    @property
+    def epoch_size(self):
+        """Samples per epoch across all ranks."""
+        return self._s.epoch_size
+
+    def __len__(self):
+        """Samples per epoch for this rank."""
+        return self._s.rank_size
+
+    def sample(self, epoch, position=0, count=None):
+        """(indices, starts) int64 arrays: this rank's samples [position, position + count) of
+        ``epoch`` (count: to the end of the epoch)."""
+        if count is None:
+            count = len(self) - position
+        return self._s.sample(int(epoch), int(position), int(count))
+
+
+def _distributed():
+    torch = __import__("sys").modules.get("torch")
+    if torch is not None:
+        dist = getattr(torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+Batch = collections.namedtuple("Batch", "data indices starts valid epoch position")
+Batch.__doc__ = """One batch from a Loader.
+
+data: the excerpts (batch, length, *trailing), or a tuple with one such array per field;
+indices, starts: the samples; valid: rows of each excerpt taken from its item (the rest is
+padding), one array per field like data; epoch, position: where in the sample stream the
+batch begins (this rank's position)."""
+
+
+class Loader:
+    """Batches of excerpts, gathered in the background and yielded in order.
+
+    Batch b of an epoch holds this rank's samples [b * batch_size, (b + 1) * batch_size) of
+    ``sampler``; a last partial batch is left out with ``drop_last=True``. ``fields`` adds
+    aligned datasets as ``(dataset, rate)`` pairs gathered with the same indices and windows
+    (see gather_fields). ``epochs``: how many epochs to run (None: endlessly). ``prefetch``
+    batches are gathered ahead on a background thread (0: in the caller). ``state_dict()``
+    after a batch says where the next one begins; a Loader given that state with
+    ``load_state_dict`` yields exactly the batches that would have followed.
+    """
+
+    def __init__(self, dataset, sampler, batch_size, *, length=None, pad="none", fill=0,
+                 fields=(), epochs=1, prefetch=2, threads=0, drop_last=True):
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"dataset must be an mmnpz.Dataset, not {type(dataset).__name__}")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, not {batch_size}")
+        if epochs is not None and epochs < 0:
+            raise ValueError(f"epochs must be None or at least 0, not {epochs}")
+        if pad not in _PADS:
+            raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
+        self.dataset, self.sampler, self.batch_size = dataset, sampler, int(batch_size)
+        self.length = sampler.length if length is None else int(length)
+        if self.length <= 0:
+            raise ValueError("an excerpt length is needed (pass length= or a sampler with one)")
+        self.fields = [(dataset, 1)] + [(d, r) for d, r in fields]
+        self.pad, self.fill, self.threads = pad, fill, threads
+        self.epochs, self.prefetch, self.drop_last = epochs, int(prefetch), drop_last
+        self.epoch, self.position = 0, 0
+        per_rank = len(sampler)
+        self.batches_per_epoch = (per_rank // self.batch_size if drop_last
+                                  else -(-per_rank // self.batch_size))
+        if self.batches_per_epoch == 0:
+            raise ValueError(f"an epoch of {per_rank} samples for this rank has no full batch "
+                             f"of {self.batch_size}")
+
+    def __len__(self):
+        """Batches still to come (TypeError when endless)."""
+        if self.epochs is None:
+            raise TypeError("an endless Loader has no length")
+        done = self.epoch * self.batches_per_epoch + self.position // self.batch_size
+        return max(0, self.epochs * self.batches_per_epoch - done)
+
+    def state_dict(self):
+        """Where the next batch begins, plus the options that must agree on resume."""
+        return {"epoch": self.epoch, "position": self.position, "seed": self.sampler.seed,
+                "kind": self.sampler.kind, "batch_size": self.batch_size,
+                "rank": self.sampler.rank, "world_size": self.sampler.world_size}
+
+    def load_state_dict(self, state):
+        for key in ("seed", "kind", "batch_size", "rank", "world_size"):
+            mine = self.state_dict()[key]
+            if state.get(key, mine) != mine:
+                raise ValueError(f"the saved state has {key}={state[key]!r}, this loader "
+                                 f"{mine!r}")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    def _schedule(self):
+        """(epoch, position, count) of every batch from the current state on."""
+        epoch, position = self.epoch, self.position
+        per_rank = len(self.sampler)
+        while self.epochs is None or epoch < self.epochs:
+            count = min(self.batch_size, per_rank - position)
+            if count <= 0 or (self.drop_last and count < self.batch_size):
+                epoch, position = epoch + 1, 0
+                continue
+            yield epoch, position, count
+            position += count
+
+    def _make(self, epoch, position, count):
+        indices, starts = self.sampler.sample(epoch, position, count)
+        data, valid = gather_fields([(d, indices, r) for d, r in self.fields], starts,
+                                    self.length, pad=self.pad, fill=self.fill,
+                                    threads=self.threads, valid=True)
+        if len(self.fields) == 1:
+            data, valid = data[0], valid[0]
+        else:
+            data, valid = tuple(data), tuple(valid)
+        return Batch(data, indices, starts, valid, epoch, position)
+
+    def _advance(self, batch):
+        self.epoch, self.position = batch.epoch, batch.position + len(batch.indices)
+        if self.position >= len(self.sampler) or (
+                self.drop_last and len(self.sampler) - self.position < self.batch_size):
+            self.epoch, self.position = self.epoch + 1, 0
+
+    def __iter__(self):
+        if self.prefetch <= 0:
+            for job in self._schedule():
+                batch = self._make(*job)
+                self._advance(batch)
+                yield batch
+            return
+        ready = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+
+        def hand_over(item):  # False once the consumer has gone
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+
+        def produce():
+            try:
+                for job in self._schedule():
+                    if not hand_over(self._make(*job)):
+                        return
+                hand_over(None)
+            except BaseException as e:  # handed to the consumer, raised there
+                hand_over(e)
+
+        worker = threading.Thread(target=produce, name="mmnpz-loader", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                self._advance(item)
+                yield item
+        finally:
+            stop.set()
+            worker.join()
