@@ -190,9 +190,11 @@ class Dataset:
         ``threads`` threads (0: every core) without the GIL. Items must share dtype and
         trailing shape (TypeError / ValueError naming the first that does not).
         """
-        results = gather_fields([(self, indices, 1)], starts, length, outs=None if out is None
-                                else [out], pad=pad, fill=fill, threads=threads, valid=valid)
-        return (results[0], results[1][0]) if valid else results[0]
+        results = gather_fields([(self, indices, 1)], starts, length,
+                                outs=None if out is None else [out], pad=pad, fill=fill,
+                                threads=threads, valid=True)
+        data, rows = results[0][0], results[1][0]
+        return (data, rows) if valid else data
 
 
 def _reopen_dataset(specs, select, order, threads):

@@ -1,0 +1,383 @@
+"""Datasets, batched gather, samplers and the loader, checked against numpy slicing of arrays
+that numpy itself wrote and read back."""
+
+import pickle
+import threading
+import zipfile
+
+import numpy as np
+import pytest
+
+import mmnpz
+from test_gil import progress_during
+
+RNG = np.random.default_rng(7)
+
+
+def write_shards(tmp_path, shards=3, per_shard=7, bins=5, dtype=np.float32, stem="train"):
+    """numpy-written shards stem-0000i-of-0000N.npz of (frames, bins) members; returns the
+    dict name -> array in global (concatenated) order."""
+    arrays = {}
+    for s in range(shards):
+        members = {}
+        for k in range(per_shard):
+            frames = int(RNG.integers(1, 60))
+            members[f"s{s}_clip{k}"] = RNG.standard_normal((frames, bins)).astype(dtype)
+        np.savez(tmp_path / f"{stem}-{s:05d}-of-{shards:05d}.npz", **members)
+        arrays.update(members)
+    return arrays
+
+
+def numpy_excerpt(array, start, length, pad="none", fill=0):
+    rows = np.arange(start, start + length)
+    if pad == "wrap":
+        return array[rows % len(array)]
+    out = np.full((length,) + array.shape[1:], fill, dtype=array.dtype)
+    n = max(0, min(length, len(array) - start))
+    out[:n] = array[start:start + n]
+    return out
+
+
+@pytest.fixture
+def shards(tmp_path):
+    return tmp_path / "train@3.npz", write_shards(tmp_path)
+
+
+def test_a_shard_spec_opens_every_shard_in_order_with_numpys_lengths_and_layouts(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    names = list(arrays)
+    assert len(ds) == len(arrays)
+    assert [ds.name(i) for i in range(len(ds))] == names
+    assert ds.lengths.tolist() == [len(a) for a in arrays.values()]
+    assert ds.lengths.dtype == np.int64 and not ds.lengths.flags.writeable
+    assert ds.dtype == np.float32 and ds.trailing_shape == (5,)
+    assert ds.trailing_shapes.tolist() == [[5]] * len(ds)
+    assert list(ds.dtypes) == [np.dtype(np.float32)] * len(ds)
+    for i, (name, want) in enumerate(arrays.items()):
+        assert ds.index(name) == i
+        assert np.array_equal(ds[i], want) and np.array_equal(ds[name], want)
+    assert ds.locate(8) == (str(spec).replace("@3", "-00001-of-00003"), "s1_clip1.npy")
+    with np.load(ds.locate(8)[0]) as f:
+        assert np.array_equal(f["s1_clip1"], ds[8])
+    with pytest.raises(KeyError, match="no item named 'nope'"):
+        ds.index("nope")
+    with pytest.raises(IndexError, match="index 21 is out of range for a dataset of 21 items"):
+        ds[21]
+
+
+def test_lists_globs_and_interleaving_number_items_as_documented(tmp_path):
+    a = write_shards(tmp_path, shards=2, per_shard=3, stem="a")
+    paths = sorted(tmp_path.glob("a-*.npz"))
+    by_list = mmnpz.Dataset([str(p) for p in paths])
+    by_glob = mmnpz.Dataset(tmp_path / "a-*.npz")
+    assert [by_list.name(i) for i in range(6)] == list(a)
+    assert by_glob.paths == by_list.paths == tuple(str(p) for p in paths)
+    inter = mmnpz.Dataset(tmp_path / "a@2.npz", order="interleave")
+    assert [inter.name(i) for i in range(6)] == [
+        "s0_clip0", "s1_clip0", "s0_clip1", "s1_clip1", "s0_clip2", "s1_clip2"]
+    with pytest.raises(FileNotFoundError, match=r"zzz-\*\.npz"):
+        mmnpz.Dataset(tmp_path / "zzz-*.npz")
+    with pytest.raises(FileNotFoundError):
+        mmnpz.Dataset(tmp_path / "a@3.npz")  # a-00002-of-00003.npz does not exist
+
+
+def test_mixed_archives_report_per_item_dtypes_and_trailing_shapes(tmp_path):
+    path = tmp_path / "mixed.npz"
+    np.savez(path, a=np.zeros((3, 4), np.float32), b=np.zeros((2,), ">i2"),
+             c=np.zeros((5, 2, 3), np.float64), rate=np.float64(16000))
+    with pytest.raises(ValueError, match="'rate.npy': is a 0-d array"):
+        mmnpz.Dataset(path)
+    ds = mmnpz.Dataset(path, select="[abc]")
+    assert ds.lengths.tolist() == [3, 2, 5]
+    assert list(ds.dtypes) == [np.dtype(np.float32), np.dtype(">i2"), np.dtype(np.float64)]
+    assert ds.trailing_shapes.tolist() == [[4, -1], [-1, -1], [2, 3]]
+    with pytest.raises(ValueError, match="3 different"):
+        ds.dtype
+    with pytest.raises(TypeError, match="member 'b.npy': has dtype >i2 but the batch has <f4"):
+        ds.gather([0, 1], [0, 0], 1)
+    got = ds.gather([1, 1], [0, 1], 1)
+    assert got.dtype == np.dtype(">i2") and got.shape == (2, 1)
+
+
+@pytest.mark.parametrize("pad", ["none", "fill", "wrap"])
+@pytest.mark.parametrize("threads", [1, 2, 0])
+def test_every_excerpt_equals_numpy_slicing(shards, pad, threads):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    values = list(arrays.values())
+    length = 16
+    indices = RNG.integers(0, len(ds), 200)
+    if pad == "none":
+        indices = np.array([i for i in indices if len(values[i]) >= length])
+        starts = np.array([RNG.integers(0, len(values[i]) - length + 1) for i in indices])
+    elif pad == "fill":
+        starts = np.array([RNG.integers(0, len(values[i]) + 1) for i in indices])
+    else:
+        starts = RNG.integers(0, 1000, len(indices))
+    got, valid = ds.gather(indices, starts, length, pad=pad, fill=-2.5, threads=threads,
+                           valid=True)
+    assert got.shape == (len(indices), length, 5) and got.flags.c_contiguous
+    for k, (i, s) in enumerate(zip(indices, starts)):
+        assert np.array_equal(got[k], numpy_excerpt(values[i], s, length, pad, -2.5)), k
+        want_valid = min(length, len(values[i]) - s) if pad == "fill" else length
+        assert valid[k] == want_valid
+
+
+def test_compressed_fortran_and_big_endian_members_are_gathered_like_numpy(tmp_path):
+    path = tmp_path / "odd.npz"
+    c = np.arange(60, dtype=">f8").reshape(12, 5)
+    f = np.asfortranarray((np.arange(60).reshape(12, 5) * 2).astype(">f8"))
+    np.savez_compressed(path, c=c, f=f)
+    ds = mmnpz.Dataset(path)
+    got = ds.gather([0, 1, 1], [2, 0, 7], 5)
+    assert got.dtype == np.dtype(">f8")
+    for k, (i, s) in enumerate([(0, 2), (1, 0), (1, 7)]):
+        assert np.array_equal(got[k], [c, f][i][s:s + 5])
+
+
+def test_a_given_out_array_is_filled_in_place_and_checked(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    out = np.full((2, 1, 5), 9, np.float32)
+    assert ds.gather([0, 1], [0, 0], 1, out=out) is out
+    assert np.array_equal(out[1, 0], list(arrays.values())[1][0])
+    with pytest.raises(ValueError, match=r"out has dtype float64 and shape \(2, 1, 5\), the "
+                                         r"batch needs float32 and \(2, 1, 5\)"):
+        ds.gather([0, 1], [0, 0], 1, out=np.zeros((2, 1, 5)))
+    with pytest.raises(ValueError, match="must be C-contiguous"):
+        ds.gather([0, 1], [0, 0], 1, out=np.zeros((2, 1, 10), np.float32)[:, :, ::2])
+    frozen = np.zeros((2, 1, 5), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="must be writable"):
+        ds.gather([0, 1], [0, 0], 1, out=frozen)
+
+
+def test_bad_requests_raise_clear_errors_and_leave_out_untouched(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    first = str(spec).replace("@3", "-00000-of-00003")
+    n0 = len(arrays["s0_clip0"])
+    out = np.full((2, n0 + 1, 5), 7, np.float32)
+    with pytest.raises(ValueError) as e:
+        ds.gather([1, 0], [0, 0], n0 + 1, out=out)
+    assert str(e.value).endswith(
+        f"member 's0_clip0.npy': excerpt [0, {n0 + 1}) runs past the end of the member "
+        f"({n0} rows); pad or wrap to allow it")
+    assert str(e.value).startswith(first) or len(arrays["s0_clip1"]) < n0 + 1
+    assert (out == 7).all()
+    with pytest.raises(IndexError, match=r"index 99 \(batch entry 1\) is out of range"):
+        ds.gather([0, 99], [0, 0], 1)
+    with pytest.raises(ValueError, match="excerpt start -1 is negative"):
+        ds.gather([0], [-1], 1)
+    with pytest.raises(ValueError, match="there are 2 indices but 1 starts"):
+        ds.gather([0, 1], [0], 1)
+    with pytest.raises(ValueError, match="pad must be one of"):
+        ds.gather([0], [0], 1, pad="zeros")
+
+
+def test_fields_at_other_frame_rates_take_the_same_window(tmp_path):
+    spec = {f"c{k}_spec": RNG.standard_normal((40 + 4 * k, 3)).astype(np.float32)
+            for k in range(4)}
+    labels = {f"c{k}_labels": np.arange(10 + k, dtype=np.int16) + 100 * k for k in range(4)}
+    np.savez(tmp_path / "both.npz", **spec, **labels)
+    specs = mmnpz.Dataset(tmp_path / "both.npz", select="*_spec")
+    labs = mmnpz.Dataset(tmp_path / "both.npz", select="*_labels")
+    idx, starts = np.array([3, 0, 2]), np.array([9, 20, 0])
+    (s_out, l_out), (s_valid, l_valid) = mmnpz.gather_fields(
+        [(specs, idx, 1), (labs, idx, 0.25)], starts, 12, pad="fill", fill=-1, valid=True)
+    assert s_out.shape == (3, 12, 3) and l_out.shape == (3, 3) and l_out.dtype == np.int16
+    for k, (i, s) in enumerate(zip(idx, starts)):
+        assert np.array_equal(s_out[k], spec[f"c{i}_spec"][s:s + 12])
+        assert np.array_equal(l_out[k], labels[f"c{i}_labels"][s // 4:s // 4 + 3])
+    with pytest.raises(ValueError, match="not a whole number of rows"):
+        mmnpz.gather_fields([(specs, idx, 1), (labs, idx, 0.25)], starts, 10)
+    loader = mmnpz.Loader(specs, mmnpz.Sampler(specs, "sequential", length=8), 2,
+                          fields=[(labs, 0.25)], prefetch=1)
+    batch = next(iter(loader))
+    assert isinstance(batch.data, tuple) and batch.data[1].shape == (2, 2)
+    assert np.array_equal(batch.data[1][0], labels["c0_labels"][batch.starts[0] // 4:][:2])
+
+
+def test_samplers_are_deterministic_and_epochs_differ(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    for kind in ["sequential", "shuffle", "replacement", "weighted", "sliding"]:
+        a = mmnpz.Sampler(ds, kind, seed=5, length=4, shuffle_windows=True)
+        b = mmnpz.Sampler(ds.lengths, kind, seed=5, length=4, shuffle_windows=True)
+        for epoch in (0, 3):
+            ia, sa = a.sample(epoch)
+            ib, sb = b.sample(epoch)
+            assert np.array_equal(ia, ib) and np.array_equal(sa, sb), kind
+            assert (sa + 4 <= ds.lengths[ia]).all() or kind in ("sequential", "shuffle",
+                                                                  "replacement")
+        if kind != "sequential":
+            assert not np.array_equal(np.stack(a.sample(0)), np.stack(a.sample(1))), kind
+    shuffled = mmnpz.Sampler(ds, "shuffle", seed=1)
+    for epoch in range(3):
+        assert sorted(shuffled.sample(epoch)[0]) == list(range(len(ds)))
+
+
+def test_weighted_excerpts_are_uniform_over_every_valid_position():
+    lengths = np.array([3, 2, 7, 5])
+    s = mmnpz.Sampler(lengths, "weighted", length=3, num_samples=90000, seed=2)
+    idx, starts = s.sample(0)
+    pairs, counts = np.unique(np.stack([idx, starts], 1), axis=0, return_counts=True)
+    assert [tuple(p) for p in pairs] == [(0, 0), (2, 0), (2, 1), (2, 2), (2, 3), (2, 4),
+                                         (3, 0), (3, 1), (3, 2)]
+    assert np.allclose(counts, 10000, rtol=0.05)
+
+
+def test_ranks_take_disjoint_parts_that_cover_the_epoch():
+    lengths = np.full(101, 10)
+    parts = [mmnpz.Sampler(lengths, "shuffle", seed=3, rank=r, world_size=3).sample(4)[0]
+             for r in range(3)]
+    assert all(len(p) == 33 for p in parts)
+    together = np.concatenate(parts)
+    assert len(np.unique(together)) == 99  # disjoint; the last 101 % 3 left out
+    padded = [mmnpz.Sampler(lengths, "shuffle", seed=3, rank=r, world_size=3,
+                            drop_remainder=False).sample(4)[0] for r in range(3)]
+    assert all(len(p) == 34 for p in padded)
+    assert len(np.unique(np.concatenate(padded))) == 101  # covering
+    with pytest.raises(ValueError, match="rank 3 is not below world_size 3"):
+        mmnpz.Sampler(lengths, rank=3, world_size=3)
+
+
+def test_excerpts_longer_than_every_member_are_refused(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    longest = max(len(a) for a in arrays.values())
+    with pytest.raises(ValueError, match=f"an excerpt of {longest + 1} rows is longer than "
+                                         f"every item \\(the longest has {longest}\\)"):
+        mmnpz.Sampler(ds, "weighted", length=longest + 1)
+    with pytest.raises(ValueError, match="needs an excerpt length"):
+        mmnpz.Sampler(ds, "sliding")
+
+
+def collect(loader, limit=None):
+    out = []
+    for batch in loader:
+        out.append((batch.epoch, batch.position, batch.indices.copy(), batch.starts.copy(),
+                    batch.data.copy()))
+        if limit is not None and len(out) == limit:
+            break
+    return out
+
+
+def test_the_loader_yields_every_batch_in_order_and_resumes_exactly(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    values = list(arrays.values())
+    sampler = mmnpz.Sampler(ds, "shuffle", seed=11, length=8)
+    full = collect(mmnpz.Loader(ds, sampler, 4, pad="fill", epochs=3, prefetch=3))
+    assert len(full) == 3 * (len(ds) // 4)
+    assert [(e, p) for e, p, *_ in full] == [(e, 4 * b) for e in range(3) for b in range(5)]
+    for _, _, idx, starts, data in full:
+        for k in range(4):
+            assert np.array_equal(data[k], numpy_excerpt(values[idx[k]], starts[k], 8, "fill"))
+    assert np.array_equal(
+        full[2][2], mmnpz.Sampler(ds, "shuffle", seed=11, length=8).sample(0, 8, 4)[0])
+
+    # Stop after 7 batches, save, resume in a new loader: the same batches follow.
+    first = mmnpz.Loader(ds, sampler, 4, pad="fill", epochs=3)
+    head = collect(first, limit=7)
+    state = first.state_dict()
+    assert state["epoch"] == 1 and state["position"] == 8
+    again = mmnpz.Loader(ds, mmnpz.Sampler(ds, "shuffle", seed=11, length=8), 4, pad="fill",
+                         epochs=3, prefetch=0)
+    again.load_state_dict(pickle.loads(pickle.dumps(state)))
+    assert len(again) == len(full) - 7
+    tail = collect(again)
+    for got, want in zip(head + tail, full):
+        assert got[:2] == want[:2]
+        assert all(np.array_equal(g, w) for g, w in zip(got[2:], want[2:]))
+    assert len(head + tail) == len(full)
+    other = mmnpz.Loader(ds, mmnpz.Sampler(ds, seed=12, length=8), 4)
+    with pytest.raises(ValueError, match="the saved state has seed=11, this loader 12"):
+        other.load_state_dict(state)
+
+
+def test_an_endless_loader_runs_past_the_first_epoch_and_keeps_drop_last(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    loader = mmnpz.Loader(ds, mmnpz.Sampler(ds, length=1), 8, epochs=None)
+    seen = collect(loader, limit=7)
+    assert [(e, p) for e, p, *_ in seen] == [(0, 0), (0, 8), (1, 0), (1, 8), (2, 0), (2, 8),
+                                             (3, 0)]
+    with pytest.raises(TypeError, match="endless"):
+        len(loader)
+    last = collect(mmnpz.Loader(ds, mmnpz.Sampler(ds, length=1), 8, drop_last=False))
+    assert [len(b[2]) for b in last] == [8, 8, 5]
+
+
+def test_a_failing_batch_raises_in_the_consumer(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    short = min(len(a) for a in arrays.values())
+    longest = max(len(a) for a in arrays.values())
+    if short == longest:
+        pytest.skip("all members have one length")
+    loader = mmnpz.Loader(ds, mmnpz.Sampler(ds, length=longest), 4, pad="none")
+    with pytest.raises(ValueError, match="runs past the end of the member"):
+        collect(loader)
+
+
+def test_threads_hammering_one_dataset_all_get_correct_excerpts(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec)
+    values = list(arrays.values())
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(40):
+            idx = rng.integers(0, len(ds), 32)
+            starts = np.array([rng.integers(0, len(values[i]) + 1) for i in idx])
+            got = ds.gather(idx, starts, 6, pad="fill", threads=int(seed % 3))
+            for k in range(32):
+                if not np.array_equal(got[k], numpy_excerpt(values[idx[k]], starts[k], 6, "fill")):
+                    errors.append((seed, k))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_gather_and_open_release_the_gil(tmp_path):
+    big = {f"m{k}": np.ones((4000, 64), np.float32) for k in range(40)}
+    np.savez(tmp_path / "big.npz", **big)
+    ds = mmnpz.Dataset(tmp_path / "big.npz")
+    idx = np.arange(40).repeat(50)
+    starts = np.zeros_like(idx)
+    assert progress_during(lambda: ds.gather(idx, starts, 3000, threads=1)) > 0
+    assert progress_during(lambda: mmnpz.Dataset([tmp_path / "big.npz"] * 200)) > 0
+
+
+def test_datasets_pickle_as_their_archive_names_and_reopen(shards):
+    spec, arrays = shards
+    ds = mmnpz.Dataset(spec, select="s1_*")
+    blob = pickle.dumps(ds)
+    assert len(blob) < 300
+    copy = pickle.loads(blob)
+    assert len(copy) == 7 and copy.paths == ds.paths
+    assert np.array_equal(copy.gather([2], [0], 1), ds.gather([2], [0], 1))
+
+
+def test_members_written_by_other_zip_tools_work(tmp_path):
+    # Python's zipfile with deflate, members without the .npy suffix, a text member skipped.
+    path = tmp_path / "zf.npz"
+    arrays = [RNG.standard_normal((20 + k, 2)) for k in range(3)]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for k, a in enumerate(arrays):
+            with z.open(f"x{k}", "w") as f:
+                np.lib.format.write_array(f, a)
+        z.writestr("notes.txt", "hello")
+    ds = mmnpz.Dataset(path, select="x*")
+    assert ds.lengths.tolist() == [20, 21, 22]
+    got = ds.gather([2, 0], [5, 1], 10)
+    assert np.array_equal(got[0], arrays[2][5:15]) and np.array_equal(got[1], arrays[0][1:11])
+    with pytest.raises(mmnpz.FormatError, match="notes.txt"):
+        mmnpz.Dataset(path)
