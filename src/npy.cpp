@@ -431,11 +431,47 @@ std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
   return strides;
 }
 
+std::uint64_t npy_header_size(const void* data, std::uint64_t size) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  if (size < 10 || std::memcmp(p, npy_magic, npy_magic_len) != 0 || p[7] != 0) return 0;
+  std::uint64_t prefix = 10;
+  std::uint64_t header_len = p[8] | std::uint64_t{p[9]} << 8;
+  if (p[6] == 2 || p[6] == 3) {
+    if (size < 12) return 0;
+    prefix = 12;
+    header_len |= std::uint64_t{p[10]} << 16 | std::uint64_t{p[11]} << 24;
+  } else if (p[6] != 1) {
+    return 0;
+  }
+  return header_len > max_npy_header_len ? 0 : prefix + header_len;
+}
+
 npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path,
                            std::string_view member, std::uint64_t file_offset) {
+  return read_npy_header_prefix(data, size, size, path, member, file_offset);
+}
+
+npy_header read_npy_header_prefix(const void* data, std::uint64_t size, std::uint64_t member_size,
+                                  const std::string& path, std::string_view member,
+                                  std::uint64_t file_offset) {
   const detail::context ctx{path, member};
+  if (size > member_size) {
+    ctx.fail(errc::invalid_argument, file_offset,
+             std::to_string(size) + " bytes given of a member of " + std::to_string(member_size));
+  }
+  // The member's bytes that are not at hand: limits are checked against the whole member, and
+  // running out of the bytes at hand is the caller's mistake, not the file's.
+  const std::uint64_t missing = member_size - size;
   byte_reader r(static_cast<const std::byte*>(data), size, file_offset, ctx, errc::corrupt_npy);
+  const auto at_hand = [&](std::uint64_t n) {
+    if (missing > 0 && n > r.remaining()) {
+      ctx.fail(errc::invalid_argument, r.offset(),
+               "only the first " + std::to_string(size) + " of the member's " +
+                   std::to_string(member_size) + " bytes were given: too few for its .npy header");
+    }
+  };
   npy_header h;
+  at_hand(npy_magic_len + 2);
   const std::string_view magic = r.take_str(npy_magic_len, ".npy magic");
   if (magic != std::string_view(npy_magic, npy_magic_len)) {
     r.fail_at(file_offset, "not a .npy array: bad magic");
@@ -444,8 +480,10 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
   h.minor_version = r.u8();
   std::uint64_t header_len = 0;
   if (h.major_version == 1 && h.minor_version == 0) {
+    at_hand(2);
     header_len = r.le16();
   } else if ((h.major_version == 2 || h.major_version == 3) && h.minor_version == 0) {
+    at_hand(4);
     header_len = r.le32();
   } else {
     r.fail_at(file_offset + 6, "unsupported .npy version " + std::to_string(h.major_version) + "." +
@@ -455,10 +493,11 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
     r.fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
            std::to_string(max_npy_header_len) + " bytes");
   }
-  if (header_len > r.remaining()) {
+  if (header_len > r.remaining() + missing) {
     r.fail("header length " + std::to_string(header_len) + " runs past the end of the member (" +
-           std::to_string(r.remaining()) + " bytes remain)");
+           std::to_string(r.remaining() + missing) + " bytes remain)");
   }
+  at_hand(header_len);
   const std::uint64_t text_offset = r.offset();
   const std::string_view raw = r.take_str(header_len, ".npy header");
   h.data_offset = r.offset() - file_offset;
@@ -472,13 +511,14 @@ npy_header read_npy_header(const void* data, std::uint64_t size, const std::stri
     read_header_dict(raw, h.major_version != 3, ctx, text_offset, h);
   }
   // Object arrays hold a pickle of unknown length; they are refused later, not here.
-  if (!h.type.has_object() && h.nbytes > r.remaining()) {
+  const std::uint64_t data_left = r.remaining() + missing;
+  if (!h.type.has_object() && h.nbytes > data_left) {
     ctx.fail(errc::corrupt_npy, r.offset(),
              "array data of " + std::to_string(h.nbytes) + " bytes (shape " +
                  detail::shape_literal(h.shape) + ", " + h.type.str() +
                  ") runs past the end of "
                  "the member (" +
-                 std::to_string(r.remaining()) + " bytes remain)");
+                 std::to_string(data_left) + " bytes remain)");
   }
   return h;
 }

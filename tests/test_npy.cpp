@@ -133,6 +133,61 @@ TEST_SUITE("npy") {
           std::string::npos);
   }
 
+  TEST_CASE("npy_header_size() reads the header's length from the first 10 or 12 bytes") {
+    const std::string v1 = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (16,), }");
+    const std::string v2 = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (16,), }", 2);
+    CHECK(mmnpz::npy_header_size(v1.data(), 10) == 128);  // 10 + 60 + 1, padded to 64
+    CHECK(mmnpz::npy_header_size(v1.data(), v1.size()) == 128);
+    CHECK(mmnpz::npy_header_size(v2.data(), 12) == 128);
+    CHECK(mmnpz::npy_header_size(v1.data(), 9) == 0);   // too short to tell
+    CHECK(mmnpz::npy_header_size(v2.data(), 11) == 0);  // the length field is 4 bytes
+    CHECK(mmnpz::npy_header_size("\x93NUMPX\x01\x00\x40\x00", 10) == 0);
+    CHECK(mmnpz::npy_header_size("\x93NUMPY\x04\x00\x40\x00", 10) == 0);
+    CHECK(mmnpz::npy_header_size("\x93NUMPY\x02\x00\x00\x00\x00\x01", 12) ==
+          12 + (std::uint64_t{1} << 24));  // the cap, max_npy_header_len
+    CHECK(mmnpz::npy_header_size("\x93NUMPY\x02\x00\x01\x00\x00\x01", 12) == 0);  // over
+    CHECK(mmnpz::npy_header_size("\x93NUMPY\x03\x00\x00\x00\xff\x00", 12) ==
+          12 + (std::uint64_t{0xff} << 16));
+  }
+
+  TEST_CASE("read_npy_header_prefix() decodes a header without its data, checked as a whole") {
+    const std::string file = npy("{'descr': '<f4', 'fortran_order': True, 'shape': (4, 4), }");
+    const mmnpz::npy_header whole = parse(file);
+    const std::uint64_t header_size = mmnpz::npy_header_size(file.data(), 10);
+    REQUIRE(header_size == 128);
+    REQUIRE(file.size() == 192);
+    const mmnpz::npy_header head = mmnpz::read_npy_header_prefix(
+        file.data(), header_size, file.size(), "f.npz", "m.npy", 1000);
+    CHECK(head.type == whole.type);
+    CHECK(head.shape == whole.shape);
+    CHECK(head.fortran_order);
+    CHECK(head.data_offset == 128);
+    CHECK(head.nbytes == 64);
+    // The data must fit the member, not the bytes at hand; the message is read_npy_header()'s.
+    const std::string big = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (17,), }");
+    CHECK_THROWS_WITH_AS(
+        mmnpz::read_npy_header_prefix(big.data(), 130, big.size(), "f.npz", "m.npy", 1000),
+        error_of(big).c_str(), mmnpz::error);
+    const std::string long_header = std::string("\x93NUMPY\x01\x00\xff\x00", 10) + "{";
+    CHECK_THROWS_WITH_AS(
+        mmnpz::read_npy_header_prefix(long_header.data(), 11, 200, "f.npz", "m.npy", 1000),
+        "f.npz: member 'm.npy' at offset 1010: header length 255 runs past the end of the member "
+        "(190 bytes remain)",
+        mmnpz::error);
+    // Too few bytes at hand for a header that fits is the caller's mistake.
+    try {
+      mmnpz::read_npy_header_prefix(file.data(), 127, file.size(), "f.npz", "m.npy", 1000);
+      FAIL("no error");
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::invalid_argument);
+      CHECK(std::string(e.what()) ==
+            "f.npz: member 'm.npy' at offset 1010: only the first 127 of the member's 192 bytes "
+            "were given: too few for its .npy header");
+    }
+    CHECK_THROWS_AS(mmnpz::read_npy_header_prefix(file.data(), 7, file.size()), mmnpz::error);
+    CHECK_THROWS_AS(mmnpz::read_npy_header_prefix(file.data(), file.size(), 150), mmnpz::error);
+  }
+
   TEST_CASE("computes C and Fortran byte strides") {
     CHECK(mmnpz::byte_strides({2, 3, 4}, 8, false) == std::vector<std::int64_t>{96, 32, 8});
     CHECK(mmnpz::byte_strides({2, 3, 4}, 8, true) == std::vector<std::int64_t>{8, 16, 48});

@@ -38,6 +38,27 @@ constexpr std::size_t npy_magic_len = 6;
 npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path = {},
                            std::string_view member = {}, std::uint64_t file_offset = 0);
 
+/// The most bytes npy_header_size() looks at: magic, version and a 4-byte header length.
+constexpr std::size_t npy_preamble_len = 12;
+
+/// The number of bytes from the start of a .npy to its array data (data_offset), read from
+/// the magic, version and length field alone (the first 10 or 12 bytes), so that a caller
+/// reading a member in pieces knows how many bytes to gather for read_npy_header_prefix().
+/// Returns 0 when [data, data + size) is too short to tell, or is not a valid start of a .npy
+/// (bad magic or version, or a header longer than max_npy_header_len): gather
+/// min(npy_preamble_len, member size) bytes, and read_npy_header_prefix() then says what is
+/// wrong. Never throws.
+std::uint64_t npy_header_size(const void* data, std::uint64_t size) noexcept;
+
+/// Decodes the header of a .npy of `member_size` bytes of which only the first `size` are at
+/// hand, [data, data + size): enough to hold the header (npy_header_size()), the array data
+/// may be missing. Checks and errors are read_npy_header()'s, with the same messages: the
+/// header and the array data must fit in `member_size`. Throws errc::invalid_argument when
+/// `size` is larger than `member_size`, or too small to hold a header that fits the member.
+npy_header read_npy_header_prefix(const void* data, std::uint64_t size, std::uint64_t member_size,
+                                  const std::string& path = {}, std::string_view member = {},
+                                  std::uint64_t file_offset = 0);
+
 /// A complete .npy header (magic, version, length, dict, padding, '\n') for the array, whose
 /// length is a multiple of 64, as numpy writes it: version 1.0, or 2.0 when the header is over
 /// 65,535 bytes, or 3.0 when a field name is not latin-1.
