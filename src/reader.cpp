@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
 
 #include "detail/byte_reader.hpp"
@@ -95,7 +96,28 @@ std::string hex32(std::uint32_t v) {
   return buf;
 }
 
+// A raw deflate (RFC 1951) decompressor that is always released, also when a sink throws.
+struct inflater {
+  z_stream z{};
+  inflater() {
+    if (inflateInit2(&z, -MAX_WBITS) != Z_OK) throw std::bad_alloc();
+  }
+  inflater(const inflater&) = delete;
+  inflater& operator=(const inflater&) = delete;
+  ~inflater() { inflateEnd(&z); }
+};
+
+// How much of a deflated member array_header() inflates at a time (the header is the first
+// 64 to 128 bytes in practice).
+constexpr std::size_t header_piece = 4096;
+
 }  // namespace
+
+// Where a member's bytes lie, as its local header says.
+struct located {
+  const std::byte* data = nullptr;  // the compressed bytes (the contents, when stored)
+  std::uint64_t offset = 0;         // absolute offset of `data` in the file
+};
 
 // What first access to a member found, cached for every later access.
 struct decoded {
@@ -169,6 +191,77 @@ class archive {
     }
   }
 
+  /// Hands the member's contents to `sink` in pieces of `piece` bytes (the last one shorter),
+  /// caching nothing. A member already decoded is handed out from the cache.
+  void read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,
+            std::size_t piece) const {
+    const member_info& m = member(index);
+    if (piece == 0) {
+      throw error(errc::invalid_argument, path_, std::string(m.name), error::no_offset,
+                  "read() needs pieces of at least one byte");
+    }
+    const std::byte* p = nullptr;
+    std::uint64_t n = 0;
+    if (const decoded* d = slots_[index].load(std::memory_order_acquire)) {
+      check_contents(*d);
+      p = d->contents;
+      n = d->contents_size;
+    } else {
+      const context ctx{path_, m.name};
+      const located at = locate(m, ctx);
+      if (m.method == zip::method_deflated) {
+        std::vector<std::byte> buf;
+        inflate_pieces(m, at, ctx, buf, piece, [&sink](const std::byte* q, std::size_t k) {
+          sink(q, k);
+          return true;
+        });
+        return;
+      }
+      p = at.data;
+      n = m.compressed_size;
+    }
+    for (std::uint64_t done = 0; done < n; done += piece) {
+      sink(p + done, static_cast<std::size_t>(std::min<std::uint64_t>(piece, n - done)));
+    }
+  }
+
+  /// The .npy header from the member's first bytes, caching nothing: a deflated member is
+  /// inflated only until its header is complete.
+  npy_header array_header(std::size_t index) const {
+    const member_info& m = member(index);
+    const context ctx{path_, m.name};
+    const located at = locate(m, ctx);
+    const std::uint64_t size = m.uncompressed_size;
+    const bool mapped = m.method == zip::method_stored;
+    const std::byte* p = at.data;
+    std::uint64_t available = size;
+    std::vector<std::byte> head;
+    if (!mapped) {
+      // The preamble says how long the header is; a bad one stops at the preamble, and the
+      // parser then says what is wrong with it.
+      const auto wanted = [&] {
+        const std::uint64_t n = npy_header_size(head.data(), head.size());
+        return std::min<std::uint64_t>(size, n != 0 ? n : npy_preamble_len);
+      };
+      std::vector<std::byte> buf;
+      inflate_pieces(m, at, ctx, buf, header_piece, [&](const std::byte* q, std::size_t k) {
+        head.insert(head.end(), q, q + k);
+        return head.size() < wanted();
+      });
+      p = head.data();
+      available = head.size();
+    }
+    if (available < npy_magic_len || std::memcmp(p, npy_magic, npy_magic_len) != 0) {
+      fail_not_an_array(m, at.offset);
+    }
+    return header_of(m, p, available, mapped, at.offset);
+  }
+
+  [[noreturn]] void fail_not_an_array(const member_info& m, std::uint64_t contents_offset) const {
+    throw error(errc::not_an_array, path_, std::string(m.name), contents_offset,
+                "not a .npy array (no .npy magic); read it with bytes()");
+  }
+
  private:
   void decode(const member_info& m, decoded& d) const {
     try {
@@ -189,6 +282,24 @@ class archive {
 
   void read_contents(const member_info& m, decoded& d) const {
     const context ctx{path_, m.name};
+    const located at = locate(m, ctx);
+    d.contents_offset = at.offset;
+    if (m.method == zip::method_stored) {
+      d.contents = at.data;
+      d.contents_size = m.compressed_size;
+      return;
+    }
+    d.mapped = false;
+    // In place: a piece of the whole size is inflated into the buffer kept, in one piece.
+    d.inflated = std::make_shared<std::vector<std::byte>>();
+    inflate_pieces(m, at, ctx, *d.inflated, m.uncompressed_size,
+                   [](const std::byte*, std::size_t) { return true; });
+    d.contents = d.inflated->data();
+    d.contents_size = d.inflated->size();
+  }
+
+  // Checks the member's method, flags and local header; finds its bytes.
+  located locate(const member_info& m, const context& ctx) const {
     if (m.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) {
       ctx.fail(errc::unsupported, m.local_header_offset, "encrypted members are not supported");
     }
@@ -217,102 +328,122 @@ class archive {
       r.fail_at(name_offset, "the local header names it '" + std::string(local_name) + "'");
     }
     r.skip(extra_len, "local header extra field");
-    d.contents_offset = r.offset();
+    located at;
+    at.offset = r.offset();
     if (m.compressed_size > r.remaining()) {
-      r.fail("data [" + std::to_string(d.contents_offset) + ", " +
-             std::to_string(d.contents_offset + m.compressed_size) +
+      r.fail("data [" + std::to_string(at.offset) + ", " +
+             std::to_string(at.offset + m.compressed_size) +
              ") runs into the central directory at " + std::to_string(dir_.cd_offset));
     }
-    const std::byte* data = r.take(m.compressed_size);
-    if (m.method == zip::method_stored) {
-      if (m.compressed_size != m.uncompressed_size) {
-        ctx.fail(errc::corrupt_zip, d.contents_offset,
-                 "stored member has compressed size " + std::to_string(m.compressed_size) +
-                     " but uncompressed size " + std::to_string(m.uncompressed_size));
-      }
-      d.contents = data;
-      d.contents_size = m.compressed_size;
-      return;
+    at.data = r.take(m.compressed_size);
+    if (m.method == zip::method_stored && m.compressed_size != m.uncompressed_size) {
+      ctx.fail(errc::corrupt_zip, at.offset,
+               "stored member has compressed size " + std::to_string(m.compressed_size) +
+                   " but uncompressed size " + std::to_string(m.uncompressed_size));
     }
-    d.mapped = false;
-    d.inflated = inflate(m, data, d.contents_offset, ctx);
-    d.contents = d.inflated->data();
-    d.contents_size = d.inflated->size();
+    return at;
   }
 
-  std::shared_ptr<std::vector<std::byte>> inflate(const member_info& m, const std::byte* in,
-                                                  std::uint64_t offset, const context& ctx) const {
+  // Inflates the deflated member at `at` piece by piece into `buf`, which is sized to
+  // min(piece, the directory's size) once that size is found credible, and hands `buf` to
+  // `sink(data, n)` each time it is full and once more at the end: pieces of `piece` bytes,
+  // the last one shorter, none for an empty member. `sink` returns false to stop early; then
+  // nothing more is checked and false is returned. Otherwise the size and the CRC-32 are
+  // checked against the directory before the last piece is handed out, and true is returned.
+  // With a piece of the whole size, the member is inflated in place and handed out once.
+  template <class Sink>
+  bool inflate_pieces(const member_info& m, const located& at, const context& ctx,
+                      std::vector<std::byte>& buf, std::uint64_t piece, Sink&& sink) const {
     const std::uint64_t cap = m.uncompressed_size;
     if (cap / max_deflate_ratio > m.compressed_size + 1) {
-      ctx.fail(errc::corrupt_zip, offset,
+      ctx.fail(errc::corrupt_zip, at.offset,
                "claims to inflate " + std::to_string(m.compressed_size) + " bytes to " +
                    std::to_string(cap) + ", more than deflate can");
     }
-    auto out = std::make_shared<std::vector<std::byte>>(cap);
-    z_stream z{};
-    if (inflateInit2(&z, -MAX_WBITS) != Z_OK) throw std::bad_alloc();
+    buf.resize(static_cast<std::size_t>(std::min(cap, piece)));
+    inflater inf;
+    z_stream& z = inf.z;
     std::uint64_t in_left = m.compressed_size;
-    std::uint64_t out_done = 0;
+    std::uint64_t out_done = 0;  // bytes inflated
+    std::size_t fill = 0;        // of them, those in buf not yet handed out
+    std::uint32_t crc = 0;
     unsigned char spare = 0;  // where output beyond the directory's size would go
     std::string failure;
-    while (failure.empty()) {
+    while (true) {
       if (z.avail_in == 0 && in_left > 0) {
         z.avail_in = static_cast<uInt>(std::min<std::uint64_t>(in_left, 1u << 30));
-        z.next_in =
-            reinterpret_cast<Bytef*>(const_cast<std::byte*>(in + (m.compressed_size - in_left)));
+        z.next_in = reinterpret_cast<Bytef*>(
+            const_cast<std::byte*>(at.data + (m.compressed_size - in_left)));
         in_left -= z.avail_in;
       }
       const bool full = out_done == cap;
-      z.avail_out = full ? 1 : static_cast<uInt>(std::min<std::uint64_t>(cap - out_done, 1u << 30));
-      z.next_out = full ? &spare : reinterpret_cast<Bytef*>(out->data() + out_done);
+      if (!full && fill == buf.size()) {
+        crc = detail::crc32(crc, buf.data(), fill);
+        if (!sink(static_cast<const std::byte*>(buf.data()), fill)) return false;
+        fill = 0;
+      }
+      z.avail_out =
+          full ? 1
+               : static_cast<uInt>(std::min<std::uint64_t>(
+                     std::min<std::uint64_t>(cap - out_done, buf.size() - fill), 1u << 30));
+      z.next_out = full ? &spare : reinterpret_cast<Bytef*>(buf.data() + fill);
       const uInt room = z.avail_out;
       const int rc = ::inflate(&z, Z_NO_FLUSH);
       const uInt produced = room - z.avail_out;
       if (full && produced > 0) {
         failure = "inflates to more than the " + std::to_string(cap) +
                   " bytes the central directory states";
-      } else if (rc == Z_STREAM_END) {
-        out_done += produced;
         break;
-      } else if (rc == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) {
-        failure = "deflate stream is truncated";
-      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        failure =
-            std::string("deflate stream is corrupt") + (z.msg ? std::string(": ") + z.msg : "");
       }
       out_done += produced;
+      fill += produced;
+      if (rc == Z_STREAM_END) break;
+      if (rc == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) {
+        failure = "deflate stream is truncated";
+        break;
+      }
+      if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        failure =
+            std::string("deflate stream is corrupt") + (z.msg ? std::string(": ") + z.msg : "");
+        break;
+      }
     }
-    inflateEnd(&z);
-    if (!failure.empty()) ctx.fail(errc::corrupt_zip, offset, failure);
+    if (!failure.empty()) ctx.fail(errc::corrupt_zip, at.offset, failure);
     if (out_done != cap) {
-      ctx.fail(errc::corrupt_zip, offset,
+      ctx.fail(errc::corrupt_zip, at.offset,
                "inflates to " + std::to_string(out_done) + " bytes, the central directory says " +
                    std::to_string(cap));
     }
-    const std::uint32_t actual = crc32_of(out->data(), out->size());
-    if (actual != m.crc32) {
-      ctx.fail(errc::checksum, offset,
-               "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
+    crc = detail::crc32(crc, buf.data(), fill);
+    if (crc != m.crc32) {
+      ctx.fail(errc::checksum, at.offset,
+               "CRC-32 is " + hex32(crc) + ", the central directory says " + hex32(m.crc32));
     }
-    return out;
+    if (fill > 0) sink(static_cast<const std::byte*>(buf.data()), fill);
+    return true;
+  }
+
+  // The .npy header from the member's first `available` bytes at `p`. An error in an inflated
+  // member's header names the member's data, and says where in the inflated bytes: that byte
+  // has no offset in the file.
+  npy_header header_of(const member_info& m, const std::byte* p, std::uint64_t available,
+                       bool mapped, std::uint64_t contents_offset) const {
+    if (mapped) {
+      return read_npy_header_prefix(p, available, m.uncompressed_size, path_, m.name,
+                                    contents_offset);
+    }
+    try {
+      return read_npy_header_prefix(p, available, m.uncompressed_size, path_, m.name, 0);
+    } catch (const error& e) {
+      throw error(
+          e.code(), path_, std::string(m.name), contents_offset,
+          e.detail() + " (at byte " + std::to_string(e.offset()) + " of the inflated member)");
+    }
   }
 
   void make_view(const member_info& m, decoded& d) const {
     const std::string_view name = m.name;
-    npy_header h;
-    if (d.mapped) {
-      h = read_npy_header(d.contents, d.contents_size, path_, name, d.contents_offset);
-    } else {
-      // A byte of the inflated member has no offset in the file: name the member's data
-      // and say where in the inflated bytes.
-      try {
-        h = read_npy_header(d.contents, d.contents_size, path_, name, 0);
-      } catch (const error& e) {
-        throw error(
-            e.code(), path_, std::string(name), d.contents_offset,
-            e.detail() + " (at byte " + std::to_string(e.offset()) + " of the inflated member)");
-      }
-    }
+    npy_header h = header_of(m, d.contents, d.contents_size, d.mapped, d.contents_offset);
     if (h.type.has_object()) {
       throw error(errc::object_array, path_, std::string(name), error::no_offset,
                   "pickled object arrays cannot be memory-mapped");
@@ -396,11 +527,7 @@ std::size_t reader::index_of(std::string_view key) const {
 array_view reader::array(std::size_t index) const {
   const detail::decoded& d = a_->get(index);
   a_->check_contents(d);
-  if (!d.is_array) {
-    const member_info& m = a_->dir().members[index];
-    throw error(errc::not_an_array, a_->path(), std::string(m.name), d.contents_offset,
-                "not a .npy array (no .npy magic); read it with bytes()");
-  }
+  if (!d.is_array) a_->fail_not_an_array(a_->dir().members[index], d.contents_offset);
   if (d.array_error) std::rethrow_exception(d.array_error);
   // Aliasing: the view shares ownership of the archive, which owns the decoded state.
   return array_view(std::shared_ptr<const detail::view_state>(a_, &d.view));
@@ -422,6 +549,13 @@ bytes_view reader::bytes(std::size_t index) const {
   b.keepalive = std::shared_ptr<const void>(a_, d.contents);
   return b;
 }
+
+void reader::read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,
+                  std::size_t chunk) const {
+  a_->read(index, sink, chunk);
+}
+
+npy_header reader::array_header(std::size_t index) const { return a_->array_header(index); }
 
 verify_result reader::verify() const {
   verify_result out;

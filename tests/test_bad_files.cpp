@@ -698,12 +698,37 @@ std::string read_everything(const std::string& bytes, bool& opened) {
     const auto in_file = [&](std::uint64_t offset, std::uint64_t n) -> const char* {
       return offset <= size && n <= size - offset ? bytes.data() + offset : nullptr;
     };
+    // read() and array_header() go to a reader that decoded nothing, so that read() streams
+    // instead of handing out what bytes() cached.
+    const auto fresh = mmnpz::reader::from_bytes(bytes.data(), bytes.size(), "sweep.npz");
     for (std::size_t i = 0; i < r.size(); ++i) {
       const mmnpz::member_info& m = r.member(i);
       sum += static_cast<unsigned>(m.name.size());
+      std::string streamed, read_error, header_error;
+      try {
+        fresh.read(
+            i,
+            [&](const std::byte* p, std::size_t n) {
+              streamed.append(reinterpret_cast<const char*>(p), n);
+            },
+            7);
+      } catch (const mmnpz::error& e) {
+        read_error = e.what();
+      }
+      mmnpz::npy_header header;
+      try {
+        header = fresh.array_header(i);
+      } catch (const mmnpz::error& e) {
+        header_error = e.what();
+      }
       mmnpz::bytes_view b;
+      std::string bytes_error;
       try {
         b = r.bytes(i);
+        if (!read_error.empty()) return "read() threw where bytes() did not: " + read_error;
+        if (streamed != std::string(reinterpret_cast<const char*>(b.data), b.size)) {
+          return "read() streamed other bytes than bytes() gives";
+        }
         for (std::uint64_t k = 0; k < b.size; ++k) sum += static_cast<unsigned>(b.data[k]);
         if (b.size != m.uncompressed_size) return "bytes() size differs from the directory's";
         if (b.mapped) {  // must be the file's bytes right after the local header
@@ -718,7 +743,35 @@ std::string read_everything(const std::string& bytes, bool& opened) {
           if (!expected) return "mapped member bytes not in the file";
           if (std::memcmp(b.data, expected, b.size) != 0) return "mapped member bytes differ";
         }
-      } catch (const mmnpz::error&) {
+      } catch (const mmnpz::error& e) {
+        bytes_error = e.what();
+        if (read_error != bytes_error) {
+          return "read() threw '" + read_error + "' where bytes() threw '" + bytes_error + "'";
+        }
+      }
+      // With readable contents, array_header() and array() agree on the header or its error.
+      std::string array_error;
+      try {
+        (void)r.array(i);
+      } catch (const mmnpz::error& e) {
+        array_error = e.what();
+        if (e.code() == mmnpz::errc::object_array) {
+          if (!header_error.empty() || !header.type.has_object()) {
+            return "array() refused an object array that array_header() did not see";
+          }
+        } else if (bytes_error.empty() && header_error != array_error) {
+          return "array_header() threw '" + header_error + "' where array() threw '" + array_error +
+                 "'";
+        }
+      }
+      if (array_error.empty()) {
+        if (!header_error.empty()) return "array_header() threw where array() did not";
+        const mmnpz::array_view v = r.array(i);
+        if (header.type != v.type() || header.shape != v.shape() ||
+            header.fortran_order != v.fortran_order() || header.nbytes != v.nbytes() ||
+            v.data() != b.data + header.data_offset) {
+          return "array_header() differs from array()";
+        }
       }
       try {
         const mmnpz::array_view v = r.array(i);

@@ -236,3 +236,224 @@ for key in ['a', 'a.npy', 'b', 'b.npy', 'b.npy.npy', 'c', 'c.npy', 'd.txt', 'd',
     CHECK(ours == numpy_says);
   }
 }
+
+namespace {
+
+// The member's contents as read() hands them out in pieces of `chunk` bytes; checks that every
+// piece but the last has exactly `chunk` bytes.
+std::string read_in_pieces(const mmnpz::reader& r, std::size_t index, std::size_t chunk) {
+  std::string out;
+  std::vector<std::size_t> sizes;
+  r.read(
+      index,
+      [&](const std::byte* p, std::size_t n) {
+        out.append(reinterpret_cast<const char*>(p), n);
+        sizes.push_back(n);
+      },
+      chunk);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    CHECK(sizes[k] > 0);
+    if (k + 1 < sizes.size()) CHECK(sizes[k] == chunk);
+    if (k + 1 == sizes.size()) CHECK(sizes[k] <= chunk);
+  }
+  return out;
+}
+
+// The message of the mmnpz::error that `f` throws, or "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const mmnpz::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// An archive of deflated members, as Python's zipfile writes it without zip64: "a.npy"
+// (int32 0..999, local header at 0, data at 35) and "notes.txt" (text).
+std::string deflated_archive() {
+  const std::string path = test::scratch("deflated_members.npz");
+  const std::string script = R"(
+import sys, zipfile, numpy as np, io
+buf = io.BytesIO()
+np.save(buf, np.arange(1000, dtype='<i4'))
+with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED, allowZip64=False) as z:
+    z.writestr('a.npy', buf.getvalue())
+    z.writestr('notes.txt', 'deflated text\n' * 50)
+)";
+  int status = -1;
+  const std::string out = test::python(script, path, &status);
+  REQUIRE_MESSAGE(status == 0, out);
+  return test::read_file(path);
+}
+
+// Offset of the first central-directory entry's field at `field` (16: CRC-32, 24: size).
+std::size_t first_entry_field(const std::string& zip, std::size_t field) {
+  const std::size_t entry = zip.find("PK\x01\x02");
+  REQUIRE(entry != std::string::npos);
+  return entry + field;
+}
+
+void add_to_u32(std::string& zip, std::size_t at, std::int64_t delta) {
+  std::uint32_t v = 0;
+  std::memcpy(&v, zip.data() + at, 4);  // little-endian hosts only, as the library
+  v = static_cast<std::uint32_t>(v + delta);
+  std::memcpy(zip.data() + at, &v, 4);
+}
+
+}  // namespace
+
+TEST_SUITE("reader: streaming") {
+  TEST_CASE("read() hands out each member in pieces that join into bytes(), stored or deflated") {
+    for (const char* name : {"non_npy_members.npz", "compressed.npz", "trailing_bytes.npz",
+                             "unseekable_deflated.npz", "object_member.npz", "dtypes.npz"}) {
+      for (std::size_t chunk :
+           {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{1} << 20}) {
+        INFO(name, ", pieces of ", chunk, " bytes");
+        const mmnpz::reader fresh(fixture(name));  // nothing decoded: read() inflates itself
+        const mmnpz::reader cached(fixture(name));
+        for (std::size_t i = 0; i < fresh.size(); ++i) {
+          INFO("member ", std::string(fresh.member(i).name));
+          // Big members in pieces of one byte would only make the test slow.
+          if (chunk < 4096 && fresh.member(i).uncompressed_size > 100000) continue;
+          const std::string streamed = read_in_pieces(fresh, i, chunk);
+          const mmnpz::bytes_view b = cached.bytes(i);
+          CHECK(streamed.size() == b.size);
+          CHECK(streamed == std::string(reinterpret_cast<const char*>(b.data), b.size));
+          CHECK(read_in_pieces(cached, i, chunk) == streamed);  // from the cache
+        }
+      }
+    }
+  }
+
+  TEST_CASE("read() of an empty member calls nothing, and refuses pieces of 0 bytes") {
+    const mmnpz::reader r(fixture("non_npy_members.npz"));
+    int calls = 0;
+    r.read("empty.txt", [&](const std::byte*, std::size_t) { ++calls; });
+    CHECK(calls == 0);
+    CHECK_THROWS_WITH_AS(r.read(
+                             "a", [](const std::byte*, std::size_t) {}, 0),
+                         (fixture("non_npy_members.npz") +
+                          ": member 'a.npy': read() needs pieces of at least one byte")
+                             .c_str(),
+                         mmnpz::error);
+  }
+
+  TEST_CASE("an exception from the sink ends read() and propagates") {
+    const mmnpz::reader r(fixture("compressed.npz"));
+    int calls = 0;
+    CHECK_THROWS_AS(r.read(
+                        "big_compressible_f8",
+                        [&](const std::byte*, std::size_t) {
+                          if (++calls == 3) throw std::runtime_error("stop");
+                        },
+                        4096),
+                    std::runtime_error);
+    CHECK(calls == 3);
+    CHECK(read_in_pieces(r, r.index_of("big_compressible_f8"), 4096).size() ==
+          r.member(r.index_of("big_compressible_f8")).uncompressed_size);
+  }
+
+  TEST_CASE("a deflated member with a bad CRC-32 or size throws from read() what bytes() throws") {
+    const std::string good = deflated_archive();
+    {
+      const auto r = mmnpz::reader::from_bytes(good.data(), good.size(), "good.npz");
+      CHECK(read_in_pieces(r, 0, 7) ==
+            std::string(reinterpret_cast<const char*>(r.bytes(0).data), r.bytes(0).size));
+    }
+    struct corruption {
+      const char* name;
+      std::size_t field;
+      std::int64_t delta;
+      const char* message;
+    };
+    const corruption cases[] = {
+        {"bad_crc.npz", 16, 1,
+         "bad_crc.npz: member 'a.npy' at offset 35: CRC-32 is 0x4cf527b9, the central directory "
+         "says 0x4cf527ba"},
+        {"size_too_small.npz", 24, -1,
+         "size_too_small.npz: member 'a.npy' at offset 35: inflates to more than the 4127 bytes "
+         "the central directory states"},
+        {"size_too_large.npz", 24, 1,
+         "size_too_large.npz: member 'a.npy' at offset 35: inflates to 4128 bytes, the central "
+         "directory says 4129"},
+    };
+    for (const corruption& c : cases) {
+      INFO(c.name);
+      std::string bad = good;
+      add_to_u32(bad, first_entry_field(bad, c.field), c.delta);
+      for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{4096}}) {
+        const auto r = mmnpz::reader::from_bytes(bad.data(), bad.size(), c.name);
+        std::uint64_t handed_out = 0;
+        const std::string streamed = error_of([&] {
+          r.read(
+              0, [&](const std::byte*, std::size_t n) { handed_out += n; }, chunk);
+        });
+        CHECK(streamed == c.message);
+        // The last piece is held back until the checks pass.
+        CHECK(handed_out < 4128);
+        CHECK(error_of([&] { r.bytes(0); }) == c.message);
+        CHECK(error_of([&] { r.array(0); }) == c.message);
+        CHECK(error_of([&] {
+                r.read(
+                    0, [](const std::byte*, std::size_t) {}, chunk);
+              }) == c.message);  // also once decoding failed and was cached
+      }
+    }
+  }
+
+  TEST_CASE("array_header() decodes the header alone and agrees with array()") {
+    for (const char* name :
+         {"non_npy_members.npz", "compressed.npz", "trailing_bytes.npz", "npy_header_versions.npz",
+          "structured_dtypes.npz", "legacy_headers.npz", "object_member.npz"}) {
+      INFO(name);
+      const mmnpz::reader r(fixture(name));
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        INFO("member ", std::string(r.member(i).name));
+        const std::string from_header = error_of([&] { (void)r.array_header(i); });
+        const std::string from_array = error_of([&] { (void)r.array(i); });
+        if (!from_header.empty()) {  // not an array: the same error
+          CHECK(from_header == from_array);
+          continue;
+        }
+        const mmnpz::npy_header h = r.array_header(i);
+        if (h.type.has_object()) {  // array() refuses it, array_header() does not
+          try {
+            (void)r.array(i);
+            FAIL_CHECK("array() read an object array");
+          } catch (const mmnpz::error& e) {
+            CHECK(e.code() == mmnpz::errc::object_array);
+          }
+          continue;
+        }
+        REQUIRE(from_array.empty());
+        const mmnpz::array_view v = r.array(i);
+        CHECK(h.type == v.type());
+        CHECK(h.shape == v.shape());
+        CHECK(h.fortran_order == v.fortran_order());
+        CHECK(h.nbytes == v.nbytes());
+        CHECK(v.data() == r.bytes(i).data + h.data_offset);
+      }
+    }
+  }
+
+  TEST_CASE("array_header() of a deflated member inflates its header only") {
+    std::string bad = deflated_archive();
+    add_to_u32(bad, first_entry_field(bad, 16), 1);  // bad CRC: needs the whole stream to see
+    const auto r = mmnpz::reader::from_bytes(bad.data(), bad.size(), "bad_crc.npz");
+    const mmnpz::npy_header h = r.array_header("a");
+    CHECK(h.type == mmnpz::dtype::of<std::int32_t>());
+    CHECK(h.shape == std::vector<std::uint64_t>{1000});
+    CHECK(h.data_offset == 128);
+    // Where the text's data starts depends on how zlib compressed a.npy.
+    const std::string offset = std::to_string(r.member(1).local_header_offset + 30 + 9);
+    CHECK_THROWS_WITH_AS(r.array_header("notes.txt"),
+                         ("bad_crc.npz: member 'notes.txt' at offset " + offset +
+                          ": not a .npy array (no .npy magic); read it with bytes()")
+                             .c_str(),
+                         mmnpz::error);
+    CHECK(error_of([&] { (void)r.array("notes.txt"); }) ==
+          error_of([&] { (void)r.array_header("notes.txt"); }));
+  }
+}

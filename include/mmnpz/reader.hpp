@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "mmnpz/array_view.hpp"
 #include "mmnpz/error.hpp"
+#include "mmnpz/npy.hpp"
 
 namespace mmnpz {
 
@@ -88,6 +90,36 @@ class reader {
   /// The member's contents (the whole .npy file for arrays, header included).
   bytes_view bytes(std::string_view key) const { return bytes(index_of(key)); }
   bytes_view bytes(std::size_t index) const;
+
+  /// Streams the member's contents (as bytes() gives them) to `sink(data, n)` in order, in
+  /// pieces of `chunk` bytes, the last one shorter; `sink` is not called for an empty member.
+  /// Nothing is cached, so members larger than memory can be read: a stored member is handed
+  /// out from the mapping, a deflated one is inflated piece by piece into one buffer of
+  /// min(chunk, its size) bytes, reused for every piece (`data` is valid only during the call).
+  /// A member that bytes() or array() already decoded is handed out from that cache.
+  ///
+  /// A deflated member's size and CRC-32 are checked against the central directory at the end
+  /// of its stream, before the last piece is handed out; a mismatch, and any other problem,
+  /// throws the error bytes() throws, with the same message, possibly after earlier pieces
+  /// were handed out: a caller that keeps them must discard them when read() throws. As with
+  /// bytes(), a stored member's CRC-32 is not checked (verify() does). An exception thrown by
+  /// `sink` ends the read and propagates. errc::invalid_argument when `chunk` is 0.
+  void read(std::string_view key, const std::function<void(const std::byte*, std::size_t)>& sink,
+            std::size_t chunk = std::size_t{1} << 20) const {
+    read(index_of(key), sink, chunk);
+  }
+  void read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,
+            std::size_t chunk = std::size_t{1} << 20) const;
+
+  /// The .npy header of an array member (dtype, shape, order, and data_offset, where its data
+  /// starts in the contents), decoded from the member's first bytes and not cached: a
+  /// deflated member is inflated only as far as its header, in one buffer of a few KiB, so
+  /// read() can then stream the data. Throws errc::not_an_array, and the header errors of
+  /// array() with the same messages; unlike array(), it does not refuse object arrays
+  /// (type.has_object() tells), and it does not check a deflated member's CRC-32 and size,
+  /// which need the whole stream (read() checks them).
+  npy_header array_header(std::string_view key) const { return array_header(index_of(key)); }
+  npy_header array_header(std::size_t index) const;
 
   /// The whole file as mapped (its keepalive keeps the mapping alive).
   bytes_view file_bytes() const;
