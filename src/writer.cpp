@@ -417,6 +417,13 @@ writer::stream writer::begin(std::string_view name, const dtype& type,
   return stream(p_.get(), p_->member_id);
 }
 
+writer::stream writer::begin_bytes(std::string_view name, std::uint64_t n) {
+  p_->check_open();
+  if (p_->active) p_->refuse(name, "another member is still being written");
+  p_->begin_member(p_->checked_name(name, ""), {}, n);
+  return stream(p_.get(), p_->member_id);
+}
+
 void writer::close() { p_->close(); }
 std::size_t writer::members_written() const { return p_->entries.size(); }
 const std::string& writer::path() const { return p_->path; }

@@ -290,6 +290,53 @@ TEST_SUITE("writer") {
     check_readers_agree(path);
   }
 
+  TEST_CASE("streams a member that is not an array, giving the file write_bytes() gives") {
+    std::string text;
+    for (int k = 0; k < 5000; ++k) text += "line " + std::to_string(k) + "\n";
+    const std::string whole = test::scratch("bytes_whole.npz");
+    const std::string pieces = test::scratch("bytes_pieces.npz");
+    {
+      mmnpz::writer w(whole);
+      w.write_bytes("notes.txt", text.data(), text.size());
+      w.write_bytes("empty", nullptr, 0);
+    }
+    {
+      mmnpz::writer w(pieces);
+      auto s = w.begin_bytes("notes.txt", text.size());
+      for (std::size_t off = 0; off < text.size(); off += 777) {
+        s.write(text.data() + off, std::min<std::size_t>(777, text.size() - off));
+      }
+      s.commit();
+      w.begin_bytes("empty", 0).commit();
+      auto extra = w.begin_bytes("more", 3);
+      CHECK_THROWS_WITH_AS(extra.write("abcd", 4),
+                           (pieces + ": member 'more': 4 bytes given, 3 expected; the member "
+                                     "was abandoned")
+                               .c_str(),
+                           mmnpz::error);
+      CHECK_THROWS_AS(w.begin_bytes("../up", 1), mmnpz::error);
+    }
+    // Byte for byte, but for the modification times in the local headers and the directory.
+    const auto without_times = [](std::string zip) {
+      for (const auto& [sig, at] : {std::pair<std::string, std::size_t>{"PK\x03\x04", 10},
+                                    std::pair<std::string, std::size_t>{"PK\x01\x02", 12}}) {
+        for (std::size_t k = zip.find(sig); k != std::string::npos; k = zip.find(sig, k + 1)) {
+          zip.replace(k + at, 4, 4, '\0');
+        }
+      }
+      return zip;
+    };
+    CHECK(without_times(test::read_file(whole)) == without_times(test::read_file(pieces)));
+    mmnpz::reader r(pieces);
+    CHECK(r.size() == 2);
+    const mmnpz::bytes_view v = r.bytes("notes.txt");
+    CHECK(std::string(reinterpret_cast<const char*>(v.data), v.size) == text);
+    CHECK(r.verify().ok());
+    int status = -1;
+    test::run("unzip -tqq '" + pieces + "' 2>&1", &status);
+    CHECK(status == 0);
+  }
+
   TEST_CASE("uses zip64 for more than 65,535 members in the form numpy and zipfile read") {
     const std::string path = test::scratch("many.npz");
     {

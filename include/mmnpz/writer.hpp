@@ -75,6 +75,11 @@ class writer {
   stream begin(std::string_view name, const dtype& type, const std::vector<std::uint64_t>& shape,
                bool fortran_order = false);
 
+  /// Starts a member that is not a .npy array, of exactly `n` bytes arriving in pieces, under
+  /// exactly `name` as write_bytes() does (members larger than memory). The same bytes give
+  /// the same file as write_bytes(). Refused like write_bytes() for a bad name.
+  stream begin_bytes(std::string_view name, std::uint64_t n);
+
   /// Writes the central directory and closes the file. Idempotent.
   void close();
 
@@ -98,8 +103,8 @@ class writer::stream {
   stream& operator=(stream&&) = delete;
   ~stream();
 
-  /// Appends bytes of the array, in the member's order. errc::invalid_argument when more
-  /// bytes arrive than the array holds.
+  /// Appends bytes of the array (or of the member begun by begin_bytes()), in order.
+  /// errc::invalid_argument when more bytes arrive than the member holds.
   void write(const void* data, std::size_t n);
   std::uint64_t remaining() const;
   /// Commits the member; errc::invalid_argument (and the member is abandoned) when bytes are
