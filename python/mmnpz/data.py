@@ -25,6 +25,7 @@ from . import _mmnpz
 __all__ = ["Batch", "Dataset", "Loader", "Sampler", "gather_fields"]
 
 _PADS = ("none", "fill", "wrap")
+_ONE = fractions.Fraction(1)
 
 
 def _specs(source):
@@ -190,11 +191,53 @@ class Dataset:
         ``threads`` threads (0: every core) without the GIL. Items must share dtype and
         trailing shape (TypeError / ValueError naming the first that does not).
         """
-        results = gather_fields([(self, indices, 1)], starts, length,
-                                outs=None if out is None else [out], pad=pad, fill=fill,
-                                threads=threads, valid=True)
-        data, rows = results[0][0], results[1][0]
-        return (data, rows) if valid else data
+        # The one-field case without gather_fields' generality: this runs once per batch.
+        if pad not in _PADS:
+            raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
+        indices, starts = _int64_vector(indices, "indices"), _int64_vector(starts, "starts")
+        if indices.shape != starts.shape:
+            raise ValueError(f"there are {indices.size} indices but {starts.size} starts")
+        length = _length(length)
+        dtype, trailing = self._batch_layout(indices)
+        out = _out_array(out, (len(indices), length) + trailing, dtype)
+        rows = np.empty(len(indices), np.int64) if valid else None
+        fill_bytes = np.array(fill, dtype=dtype).tobytes() if pad == "fill" and fill != 0 else b""
+        _mmnpz.gather([(self._d, indices, 1, 1, out, rows)], starts, length, pad, fill_bytes,
+                      threads)
+        return (out, rows) if valid else out
+
+    def _batch_layout(self, indices):
+        layouts = self._layouts if self._layouts is not None else self.layouts
+        if len(layouts) == 1:
+            return layouts[0]  # every item has it (the C++ gather checks each anyway)
+        if len(indices) == 0:
+            return np.dtype(np.float32), ()
+        return _layout(*self._d.batch_layout(indices))
+
+
+def _int64_vector(values, what):
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    if values.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional")
+    return values
+
+
+def _length(length):
+    length = int(length)
+    if length < 0:
+        raise ValueError(f"length must not be negative, not {length}")
+    return length
+
+
+def _out_array(out, shape, dtype):
+    if out is None:
+        return np.empty(shape, dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
+    if out.dtype != dtype or out.shape != shape:
+        raise ValueError(f"out has dtype {out.dtype} and shape {out.shape}, the batch needs "
+                         f"{dtype} and {shape}")
+    return out
 
 
 def _reopen_dataset(specs, select, order, threads):
@@ -202,6 +245,8 @@ def _reopen_dataset(specs, select, order, threads):
 
 
 def _rate(rate):
+    if rate == 1:
+        return _ONE  # the common case, without building a Fraction
     r = fractions.Fraction(rate).limit_denominator(1 << 20)
     if r <= 0:
         raise ValueError(f"a field's rate must be positive, not {rate!r}")
@@ -220,12 +265,8 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     """
     if pad not in _PADS:
         raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
-    starts = np.ascontiguousarray(starts, dtype=np.int64)
-    if starts.ndim != 1:
-        raise ValueError("starts must be one-dimensional")
-    length = int(length)
-    if length < 0:
-        raise ValueError(f"length must not be negative, not {length}")
+    starts = _int64_vector(starts, "starts")
+    length = _length(length)
     if outs is not None and len(outs) != len(fields):
         raise ValueError(f"there are {len(fields)} fields but {len(outs)} outs")
     specs, results, valids = [], [], []
@@ -233,27 +274,16 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     for f, (ds, indices, rate) in enumerate(fields):
         if not isinstance(ds, Dataset):
             raise TypeError(f"fields must hold mmnpz.Dataset, not {type(ds).__name__}")
-        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        indices = _int64_vector(indices, "indices")
         if indices.shape != starts.shape:
             raise ValueError(f"there are {indices.size} indices but {starts.size} starts")
         r = _rate(rate)
         rows = length * r
         if rows.denominator != 1:
             raise ValueError(f"an excerpt of {length} rows at rate {r} is not a whole number of rows")
-        if len(indices):
-            dtype, trailing = _layout(*ds._d.batch_layout(indices))
-        else:
-            dtype, trailing = ds._common() if len(ds.layouts) == 1 else (np.dtype(np.float32), ())
-        shape = (len(indices), int(rows)) + trailing
-        if outs is None or outs[f] is None:
-            out = np.empty(shape, dtype)
-        else:
-            out = outs[f]
-            if not isinstance(out, np.ndarray):
-                raise TypeError(f"out must be a numpy array, not {type(out).__name__}")
-            if out.dtype != dtype or out.shape != shape:
-                raise ValueError(f"out has dtype {out.dtype} and shape {out.shape}, the batch "
-                                 f"needs {dtype} and {shape}")
+        dtype, trailing = ds._batch_layout(indices)
+        out = _out_array(None if outs is None else outs[f], (len(indices), int(rows)) + trailing,
+                         dtype)
         v = np.empty(len(indices), np.int64) if valid else None
         if pad == "fill" and fill != 0:
             fill_bytes[f] = np.array(fill, dtype=dtype).tobytes()
