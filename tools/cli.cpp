@@ -49,11 +49,13 @@ Decodes every member's local header and .npy header and checks its CRC-32, in pa
 each bad member is named on stderr.)"},
     {"align", R"(usage: mmnpz align [--align N] [--decompress] IN OUT
 Rewrites IN as OUT with stored members whose array data is aligned to N bytes (default 64).
-Deflated members are refused unless --decompress is given (they are then stored inflated).
-OUT must not exist.)"},
+Deflated members are refused unless --decompress is given: they are then stored inflated,
+streaming through a buffer of 8 MiB, so members larger than memory convert. OUT must not
+exist.)"},
     {"merge", R"(usage: mmnpz merge [--align N] [--decompress] [--allow-duplicates] OUT IN...
 Writes every member of IN... into the new archive OUT, aligned. A name in more than one input
-is refused unless --allow-duplicates (readers then see the last one).)"},
+is refused unless --allow-duplicates (readers then see the last one). --decompress stores
+deflated members inflated, streaming, as align does.)"},
     {"extract", R"(usage: mmnpz extract [-o DIR] FILE MEMBER...
 Writes each member's contents to DIR (default .) under its name; an array member is a
 complete .npy file. MEMBER may omit ".npy". Existing files are not overwritten.)"},
@@ -314,13 +316,57 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// How much of a deflated member is inflated at a time: the memory a copy needs, whatever the
+// member's size (8 MiB: the writer checksums pieces this large while it writes them).
+constexpr std::size_t inflate_piece = std::size_t{8} << 20;
+
+// Copies the deflated member `i` inflated, streaming: arrays as arrays (the writer writes a
+// new .npy header, as for stored ones), anything else as bytes. Nothing is inflated whole.
+void copy_inflated(const reader& in, std::size_t i, writer& w, progress& bar) {
+  const member_info& m = in.member(i);
+  const std::string_view name = m.name;
+  std::optional<npy_header> h;
+  if (name.size() > 4 && name.substr(name.size() - 4) == ".npy") {
+    try {
+      h = in.array_header(i);
+      if (h->type.has_object()) h.reset();  // pickles are copied as bytes
+    } catch (const error& e) {
+      if (e.code() != errc::not_an_array) throw;
+    }
+  }
+  std::optional<writer::stream> s;
+  std::uint64_t from = 0, to = m.uncompressed_size;  // the part of the contents to write
+  if (h) {
+    s.emplace(w.begin(name.substr(0, name.size() - 4), h->type, h->shape, h->fortran_order));
+    from = h->data_offset;
+    to = from + h->nbytes;  // bytes after the data, if any, are left out as for stored arrays
+  } else {
+    s.emplace(w.begin_bytes(name, m.uncompressed_size));
+  }
+  std::uint64_t at = 0;  // offset in the contents of the piece at hand
+  in.read(
+      i,
+      [&](const std::byte* p, std::size_t n) {
+        const std::uint64_t lo = std::max(at, from), hi = std::min(at + n, to);
+        if (lo < hi) s->write(p + (lo - at), static_cast<std::size_t>(hi - lo));
+        at += n;
+        bar.add(n);
+      },
+      inflate_piece);
+  s->commit();
+}
+
 // Copies every member of `in` into `w`: arrays as arrays (aligned), anything else as bytes.
 void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
   for (std::size_t i = 0; i < in.size(); ++i) {
     const member_info& m = in.member(i);
-    if (m.is_deflated() && !decompress) {
-      throw error(errc::unsupported, in.path(), std::string(m.name), m.local_header_offset,
-                  "member is deflated: pass --decompress to store it inflated");
+    if (m.is_deflated()) {
+      if (!decompress) {
+        throw error(errc::unsupported, in.path(), std::string(m.name), m.local_header_offset,
+                    "member is deflated: pass --decompress to store it inflated");
+      }
+      copy_inflated(in, i, w, bar);
+      continue;
     }
     std::string_view name = m.name;
     bool as_array = false;

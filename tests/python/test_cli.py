@@ -1,9 +1,13 @@
 """The mmnpz command line: the executable MMNPZ_CLI when set (CTest), else python3 -m mmnpz."""
+import io
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -137,6 +141,77 @@ def test_recover_restores_the_intact_members_of_a_cut_archive(tmp_path):
     assert done.returncode == 0 and "recovered 3 members" in done.stdout
     assert np.load(path).files == ["m0", "m1", "m2"]
     assert "nothing changed" in run("recover", path).stdout
+
+
+# Runs a command as the only child of a fresh Python, so that its peak RSS is the command's.
+PEAK_RSS = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stderr.write(done.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)  # KiB on Linux
+sys.exit(done.returncode)
+"""
+
+
+def test_align_decompress_streams_a_deflated_member_larger_than_its_memory(tmp_path):
+    """1.5 GiB of int32 that deflate shrinks to ~12 MB: align --decompress stays under 256 MiB."""
+    if shutil.disk_usage(tmp_path).free < 4 << 30:
+        pytest.skip("needs 4 GiB of free disk")
+    cols = 64
+    rows = (3 << 29) // (4 * cols)  # 1.5 GiB; row k is 0..63, a period deflate finds at once
+    nbytes = rows * cols * 4
+    source, out = tmp_path / "big_deflated.npz", tmp_path / "big_aligned.npz"
+    try:
+        header = {"descr": "<i4", "fortran_order": False, "shape": (rows, cols)}
+        npy = io.BytesIO()
+        np.lib.format.write_array_header_1_0(npy, header)
+        piece = np.tile(np.arange(cols, dtype="<i4"), 1 << 16).tobytes()  # 16 MiB
+        with zipfile.ZipFile(source, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+            with z.open("x.npy", "w", force_zip64=True) as f:
+                f.write(npy.getvalue())
+                for _ in range(nbytes // len(piece)):
+                    f.write(piece)
+        assert source.stat().st_size < nbytes // 100
+
+        done = subprocess.run([sys.executable, "-c", PEAK_RSS] + CLI +
+                              ["align", "--decompress", str(source), str(out)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        peak = int(done.stdout.splitlines()[-1])
+        print(f"align --decompress of a {nbytes} byte member: peak RSS {peak} bytes")
+        assert peak < 256 << 20 and peak < nbytes // 6
+
+        # numpy's view of the output, found with zipfile and numpy alone.
+        with zipfile.ZipFile(out) as z:
+            info = z.getinfo("x.npy")
+            assert info.compress_type == zipfile.ZIP_STORED
+        with open(out, "rb") as f:
+            f.seek(info.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+            member_start = info.header_offset + 30 + name_len + extra_len
+            f.seek(member_start)
+            assert np.lib.format.read_magic(f) == (1, 0)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            data_offset = f.tell()
+        assert (shape, fortran, dtype) == ((rows, cols), False, np.dtype("<i4"))
+        assert data_offset % 64 == 0
+        a = np.memmap(out, dtype=dtype, mode="r", offset=data_offset, shape=shape)
+        want = np.arange(cols, dtype="<i4")
+        for k in (0, 1, rows // 2, rows - 1):
+            assert np.array_equal(a[k], want)
+        assert np.array_equal(a[-1000:].sum(axis=0), want * 1000)
+        crc = 0  # the CRC-32 the directory states, of the member's bytes as written
+        with open(out, "rb") as f:
+            f.seek(member_start)
+            for _ in range(0, info.file_size, 64 << 20):
+                crc = zlib.crc32(f.read(min(64 << 20, member_start + info.file_size - f.tell())), crc)
+        assert crc == info.CRC
+        view = mmnpz.load(out)["x"]
+        assert view.shape == (rows, cols) and np.array_equal(view[rows // 3], want)
+        del a, view
+    finally:
+        source.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("command", ["ls", "info", "verify", "align", "merge", "extract", "recover"])
