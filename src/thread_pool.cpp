@@ -1,8 +1,11 @@
 #include "detail/thread_pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <new>
 
 namespace mmnpz::detail {
 
@@ -17,11 +20,30 @@ struct thread_pool::job {
   std::exception_ptr failure;
 };
 
+namespace {
+
+std::mutex shared_mutex;
+thread_pool* shared_pool = nullptr;
+
+// A forked child has the parent's pool object but none of its threads (and maybe a mutex
+// some worker held): it forgets both and makes its own pool on first use.
+void forget_pool_in_child() {
+  new (&shared_mutex) std::mutex();
+  shared_pool = nullptr;
+}
+
+}  // namespace
+
 thread_pool& thread_pool::shared() {
-  // Leaked on purpose: workers may still be parked when static destructors run.
-  static thread_pool* pool =
-      new thread_pool(std::max<std::size_t>(1, std::thread::hardware_concurrency()) - 1);
-  return *pool;
+  std::lock_guard<std::mutex> lock(shared_mutex);
+  if (!shared_pool) {
+    static const bool registered = pthread_atfork(nullptr, nullptr, forget_pool_in_child) == 0;
+    (void)registered;
+    // Leaked on purpose: workers may still be parked when static destructors run.
+    shared_pool =
+        new thread_pool(std::max<std::size_t>(1, std::thread::hardware_concurrency()) - 1);
+  }
+  return *shared_pool;
 }
 
 thread_pool::thread_pool(std::size_t workers) {

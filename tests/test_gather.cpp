@@ -1,4 +1,7 @@
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -259,5 +262,36 @@ TEST_SUITE("gather") {
     }
     for (auto& th : threads) th.join();
     CHECK(failures == 0);
+  }
+}
+
+TEST_SUITE("gather") {
+  TEST_CASE("a forked child gathers on threads of its own pool") {
+    std::vector<std::size_t> frames(64, 40);
+    const auto ds = make("g_fork.npz", frames);
+    std::vector<std::int64_t> idx(64), start(64, 3);
+    for (int k = 0; k < 64; ++k) idx[k] = 63 - k;
+    mmnpz::excerpt_options o;
+    o.threads = 2;
+    const auto want = expected(ds, idx, start, 30, mmnpz::pad_mode::none);
+    REQUIRE(run(ds, idx, start, 30, o) == want);  // the parent's pool exists now
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      bool ok = true;
+      for (int round = 0; round < 20; ++round) ok = ok && run(ds, idx, start, 30, o) == want;
+      // The child's pool has threads again (fork copies only the calling thread).
+      int threads = 0;
+      if (DIR* d = ::opendir("/proc/self/task")) {
+        while (const dirent* e = ::readdir(d)) threads += e->d_name[0] != '.';
+        ::closedir(d);
+      }
+      const bool pooled = std::thread::hardware_concurrency() < 2 || threads >= 2;
+      std::_Exit(!ok ? 1 : !pooled ? 2 : 0);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
   }
 }

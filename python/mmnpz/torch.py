@@ -87,8 +87,8 @@ class ExcerptBatches(torch.utils.data.Dataset):
     ``length * rate`` rows from ``floor(start * rate)`` (see :func:`mmnpz.gather_fields`).
 
     ``threads``: threads per gather (None: every core in the main process, the cores divided
-    among the workers in a DataLoader worker; in a worker forked from this process, 1, as the
-    gather pool's threads do not survive fork).
+    among the workers in a DataLoader worker, spawned or forked: a forked process makes its
+    own gather thread pool on first use).
 
     Pickling sends the options only (a few hundred bytes): the archives are opened again, on
     first use, in the process that unpickles. In a DataLoader worker the excerpts are gathered
@@ -212,10 +212,6 @@ class ExcerptBatches(torch.utils.data.Dataset):
     def _gather_threads(self):
         if self.threads is not None:
             return self.threads
-        if self._pid != os.getpid():
-            # Forked after this dataset was opened: the child has the gather pool object but
-            # not its threads, so the gather runs on the calling thread alone.
-            return 1
         info = torch.utils.data.get_worker_info()
         if info is None:
             return 0  # every core
@@ -305,8 +301,7 @@ def loader(source, *, num_workers=0, multiprocessing_context=None, pin_memory=Fa
     ``source`` is an ExcerptBatches, or the archives to make one from with ``options`` (see
     ExcerptBatches). The loader has ``batch_size=None`` (its items are batches already) and
     ``sampler=batches.sampler()``: call ``loader.dataset.set_epoch(e)`` before each epoch.
-    ``multiprocessing_context="spawn"`` is the safe choice with workers; with fork (Linux's
-    default) each worker gathers on one thread.
+    Workers may be spawned or forked; spawned ones open the archives themselves.
     """
     if isinstance(source, ExcerptBatches):
         if options:
