@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The main job: builds mmnpz, then writes a small synthetic spectrogram dataset and samples
-# random fixed-length excerpts from it through the memory-mapped reader.
+# The main job: builds mmnpz (library and Python package), writes a small synthetic sharded
+# spectrogram dataset, and streams batches of random excerpts through the prefetching loader,
+# checking every excerpt and reporting throughput (examples/audio_excerpts.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=build scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_EXAMPLES=ON > /dev/null
-mkdir -p build/demo
-exec build/examples/audio_excerpts build/demo/spectrograms.npz "$@"
+exec env PYTHONPATH="$PWD/build/python" /usr/bin/python3 examples/audio_excerpts.py build/demo "$@"
