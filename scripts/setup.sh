@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mmnpz needs (only those missing) and builds into build/.
 # Usage: scripts/setup.sh [extra cmake args...]
-# Environment: BUILD_DIR (default build), BUILD_TARGET (default: everything).
+# Environment: BUILD_DIR (default build), BUILD_TARGET (default: everything; several separated by spaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,4 +25,5 @@ build_dir=${BUILD_DIR:-build}
 # Debian's numpy lives in /usr/bin/python3, not in a pyenv or venv python that may come first.
 cmake -S . -B "$build_dir" -DPython_EXECUTABLE=/usr/bin/python3 "$@" > "$build_dir.configure.log" 2>&1 \
   || { cat "$build_dir.configure.log"; exit 1; }
-cmake --build "$build_dir" -j"$(nproc)" ${BUILD_TARGET:+--target "$BUILD_TARGET"}
+# BUILD_TARGET may name several targets, separated by spaces.
+cmake --build "$build_dir" -j"$(nproc)" ${BUILD_TARGET:+--target $BUILD_TARGET}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test: a normal build (C++ tests and the Python package with pytest), the package
 # pip-installed into a venv and tested again, a ThreadSanitizer run of the concurrent
-# first-access test, two minutes of fuzzing (MMNPZ_FUZZ_SECONDS), and an AddressSanitizer +
-# UndefinedBehaviorSanitizer build of the C++ tests.
+# first-access, dataset-open and gather tests, two minutes of fuzzing (MMNPZ_FUZZ_SECONDS),
+# and an AddressSanitizer + UndefinedBehaviorSanitizer build of the C++ tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -18,10 +18,12 @@ build/venv/bin/pip install --no-build-isolation --quiet .
 (cd build && env -u PYTHONPATH MMNPZ_FIXTURES="$PWD/tests/fixtures" \
   venv/bin/python -m pytest -q -p no:cacheprovider ../tests/python)
 
-echo "== ThreadSanitizer: many threads first-accessing one archive"
-BUILD_DIR=build-tsan BUILD_TARGET=test_reader scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMMNPZ_TSAN=ON -DMMNPZ_EXAMPLES=OFF -DMMNPZ_PYTHON=OFF
+echo "== ThreadSanitizer: many threads first-accessing one archive, and gathering from one dataset"
+BUILD_DIR=build-tsan BUILD_TARGET="test_reader test_gather test_dataset" scripts/setup.sh \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_TSAN=ON -DMMNPZ_EXAMPLES=OFF -DMMNPZ_PYTHON=OFF
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_reader -tc="*threads*"
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_gather -tc="*many threads gathering*,*every thread count*"
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_dataset -tc="*many threads*"
 
 echo "== fuzz the reader for a bounded time (libFuzzer, ASan + UBSan)"
 scripts/fuzz.sh "${MMNPZ_FUZZ_SECONDS:-120}"
