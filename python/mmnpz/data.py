@@ -16,6 +16,7 @@ import collections
 import fractions
 import os
 import queue
+import sys
 import threading
 
 import numpy as np
@@ -391,6 +392,9 @@ class Loader:
     batches are gathered ahead on a background thread (0: in the caller). ``state_dict()``
     after a batch says where the next one begins; a Loader given that state with
     ``load_state_dict`` yields exactly the batches that would have followed.
+
+    A batch's arrays are new to it; their memory is recycled for a later batch only once no
+    Python object refers to them any more (views and torch.from_numpy tensors of them count).
     """
 
     def __init__(self, dataset, sampler, batch_size, *, length=None, pad="none", fill=0,
@@ -411,6 +415,7 @@ class Loader:
         self.pad, self.fill, self.threads = pad, fill, threads
         self.epochs, self.prefetch, self.drop_last = epochs, int(prefetch), drop_last
         self.epoch, self.position = 0, 0
+        self._spares = []  # output arrays to recycle once their batches are dropped
         per_rank = len(sampler)
         self.batches_per_epoch = (per_rank // self.batch_size if drop_last
                                   else -(-per_rank // self.batch_size))
@@ -451,11 +456,31 @@ class Loader:
             yield epoch, position, count
             position += count
 
+    def _buffer(self, field, count):
+        """An output array for `field`: a spare one nobody else references any more (the
+        batch that held it was dropped), else a new one. Fresh memory costs a page fault per
+        4 KiB on its first write, more than the gather itself for large batches."""
+        ds, rate = self.fields[field]
+        if len(ds.layouts) != 1:
+            return None  # gather_fields allocates by the batch's own layout
+        dtype, trailing = ds.layouts[0]
+        shape = (count, int(self.length * _rate(rate))) + trailing
+        for spare in self._spares:
+            # References: the list, the loop variable and getrefcount's argument.
+            if spare.shape == shape and spare.dtype == dtype and sys.getrefcount(spare) <= 3:
+                return spare
+        fresh = np.empty(shape, dtype)
+        if len(self._spares) < (self.prefetch + 3) * len(self.fields):
+            self._spares.append(fresh)
+        return fresh
+
     def _make(self, epoch, position, count):
         indices, starts = self.sampler.sample(epoch, position, count)
+        outs = [self._buffer(f, count) for f in range(len(self.fields))]
         data, valid = gather_fields([(d, indices, r) for d, r in self.fields], starts,
-                                    self.length, pad=self.pad, fill=self.fill,
+                                    self.length, outs=outs, pad=self.pad, fill=self.fill,
                                     threads=self.threads, valid=True)
+        del outs
         if len(self.fields) == 1:
             data, valid = data[0], valid[0]
         else:

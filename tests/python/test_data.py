@@ -381,3 +381,18 @@ def test_members_written_by_other_zip_tools_work(tmp_path):
     assert np.array_equal(got[0], arrays[2][5:15]) and np.array_equal(got[1], arrays[0][1:11])
     with pytest.raises(mmnpz.FormatError, match="notes.txt"):
         mmnpz.Dataset(path)
+
+
+def test_the_loader_recycles_only_batches_nobody_holds(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    sampler = mmnpz.Sampler(ds, "replacement", length=4, num_samples=400)
+    kept, copies = [], []
+    for batch in mmnpz.Loader(ds, sampler, 4, pad="wrap", prefetch=2):
+        if batch.position % 8 == 0:
+            kept.append(batch.data[1:])  # a view keeps the whole array alive
+            copies.append(batch.data[1:].copy())
+    assert all(np.array_equal(k, c) for k, c in zip(kept, copies))
+    assert len({k.base.ctypes.data for k in kept}) == len(kept)  # never handed out twice
+    addresses = {b.data.ctypes.data for b in mmnpz.Loader(ds, sampler, 4, pad="wrap")}
+    assert len(addresses) <= 6  # dropped batches' memory came back
