@@ -281,7 +281,8 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
         r = _rate(rate)
         rows = length * r
         if rows.denominator != 1:
-            raise ValueError(f"an excerpt of {length} rows at rate {r} is not a whole number of rows")
+            raise ValueError(f"an excerpt of {length} rows at rate {r} is not a whole number "
+                             f"of rows")
         dtype, trailing = ds._batch_layout(indices)
         out = _out_array(None if outs is None else outs[f], (len(indices), int(rows)) + trailing,
                          dtype)
@@ -416,6 +417,16 @@ class Loader:
         self.epochs, self.prefetch, self.drop_last = epochs, int(prefetch), drop_last
         self.epoch, self.position = 0, 0
         self._spares = []  # output arrays to recycle once their batches are dropped
+        self._layouts = []  # per field: (dtype, trailing, rows) when all its items share them
+        for d, r in self.fields:
+            layouts = d.layouts
+            rows = self.length * _rate(r)
+            if len(layouts) == 1 and rows.denominator == 1:
+                self._layouts.append(layouts[0] + (int(rows),))
+            else:
+                self._layouts.append(None)
+        if len(self.fields) == 1:
+            self._make = self._make_one
         per_rank = len(sampler)
         self.batches_per_epoch = (per_rank // self.batch_size if drop_last
                                   else -(-per_rank // self.batch_size))
@@ -460,11 +471,11 @@ class Loader:
         """An output array for `field`: a spare one nobody else references any more (the
         batch that held it was dropped), else a new one. Fresh memory costs a page fault per
         4 KiB on its first write, more than the gather itself for large batches."""
-        ds, rate = self.fields[field]
-        if len(ds.layouts) != 1:
-            return None  # gather_fields allocates by the batch's own layout
-        dtype, trailing = ds.layouts[0]
-        shape = (count, int(self.length * _rate(rate))) + trailing
+        layout = self._layouts[field]
+        if layout is None:
+            return None  # mixed layouts: gather allocates by the batch's own
+        dtype, trailing, rows = layout
+        shape = (count, rows) + trailing
         for spare in self._spares:
             # References: the list, the loop variable and getrefcount's argument.
             if spare.shape == shape and spare.dtype == dtype and sys.getrefcount(spare) <= 3:
@@ -485,6 +496,15 @@ class Loader:
             data, valid = data[0], valid[0]
         else:
             data, valid = tuple(data), tuple(valid)
+        return Batch(data, indices, starts, valid, epoch, position)
+
+    def _make_one(self, epoch, position, count):
+        """_make for a single field: Dataset.gather's shorter path (this runs per batch)."""
+        indices, starts = self.sampler.sample(epoch, position, count)
+        out = self._buffer(0, count)
+        data, valid = self.dataset.gather(indices, starts, self.length, out=out, pad=self.pad,
+                                          fill=self.fill, threads=self.threads, valid=True)
+        del out
         return Batch(data, indices, starts, valid, epoch, position)
 
     def _advance(self, batch):
