@@ -134,7 +134,7 @@ class ExcerptBatches(torch.utils.data.Dataset):
         self.batch_size, self.length = int(batch_size), int(length)
         self.pad, self.fill, self.drop_last, self.threads = pad, fill, bool(drop_last), threads
         self.epoch = 0
-        self._datasets = self._sampler = self._layouts = self._pid = None
+        self._datasets = self._sampler = self._layouts = None
         datasets = self._open()
         self._items, self._epoch_size = len(datasets[0]), self._sampler.epoch_size
         self._per_rank = len(self._sampler)
@@ -201,12 +201,12 @@ class ExcerptBatches(torch.utils.data.Dataset):
         # Each field's one (dtype, trailing) of every item, or (layouts, per-item layout ids).
         self._layouts = [ds.layouts[0] if len(ds.layouts) == 1 else (ds.layouts, ds.layout_ids)
                          for ds in datasets]
-        self._datasets, self._sampler, self._pid = datasets, sampler, os.getpid()
+        self._datasets, self._sampler = datasets, sampler
         return datasets
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(_datasets=None, _sampler=None, _layouts=None, _pid=None)
+        state.update(_datasets=None, _sampler=None, _layouts=None)
         return state
 
     def _gather_threads(self):
