@@ -107,6 +107,9 @@ struct inflater {
   ~inflater() { inflateEnd(&z); }
 };
 
+// How much of a deflated member verify() inflates at a time (the memory it needs per member).
+constexpr std::size_t verify_piece = std::size_t{1} << 20;
+
 // How much of a deflated member array_header() inflates at a time (the header is the first
 // 64 to 128 bytes in practice).
 constexpr std::size_t header_piece = 4096;
@@ -178,8 +181,16 @@ class archive {
     if (d.contents_error) std::rethrow_exception(d.contents_error);
   }
 
-  /// Recomputes the CRC-32 of stored members (inflated ones were checked when inflated).
+  /// Recomputes the CRC-32 of stored members (inflated ones were checked when inflated). A
+  /// deflated member not yet decoded is inflated by read(), uncached: verifying an archive
+  /// must not keep each of its members in memory, which fails once they outgrow it.
   void verify(std::size_t index) const {
+    if (member(index).method == zip::method_deflated &&
+        !slots_[index].load(std::memory_order_acquire)) {
+      read(
+          index, [](const std::byte*, std::size_t) {}, verify_piece);
+      return;
+    }
     const decoded& d = get(index);
     check_contents(d);
     if (!d.mapped) return;
@@ -571,7 +582,7 @@ verify_result reader::verify() const {
   return out;
 }
 
-void reader::verify(std::string_view key) const { a_->verify(index_of(key)); }
+void reader::verify(std::size_t index) const { a_->verify(index); }
 
 bytes_view reader::file_bytes() const {
   const detail::mapped_bytes& f = a_->file();

@@ -438,6 +438,41 @@ TEST_SUITE("reader: streaming") {
     }
   }
 
+  TEST_CASE("verify() streams a deflated member nothing decoded, and reports what bytes() does") {
+    const std::string good = deflated_archive();
+    {
+      const auto r = mmnpz::reader::from_bytes(good.data(), good.size(), "good.npz");
+      const mmnpz::verify_result v = r.verify();
+      CHECK(v.ok());
+      CHECK(v.members_checked == 2);
+      CHECK(v.bytes_checked == r.member(0).uncompressed_size + r.member(1).uncompressed_size);
+    }
+    struct corruption {
+      const char* name;
+      std::size_t field;
+      std::int64_t delta;
+    };
+    for (const corruption& c :
+         {corruption{"bad_crc.npz", 16, 1}, corruption{"size_too_small.npz", 24, -1},
+          corruption{"size_too_large.npz", 24, 1}}) {
+      INFO(c.name);
+      std::string bad = good;
+      add_to_u32(bad, first_entry_field(bad, c.field), c.delta);
+      const auto decoded = mmnpz::reader::from_bytes(bad.data(), bad.size(), c.name);
+      const std::string message = error_of([&] { decoded.bytes(0); });
+      REQUIRE_FALSE(message.empty());
+      const auto fresh = mmnpz::reader::from_bytes(bad.data(), bad.size(), c.name);
+      const mmnpz::verify_result v = fresh.verify();  // streamed: nothing was decoded
+      REQUIRE(v.failures.size() == 1);
+      CHECK(std::string(v.failures[0].what()) == message);
+      CHECK(v.members_checked == 2);
+      CHECK(error_of([&] { fresh.verify("a"); }) == message);
+      CHECK(error_of([&] { fresh.verify(std::size_t{0}); }) == message);
+      CHECK(error_of([&] { decoded.verify("a"); }) == message);  // from the cache
+      CHECK(error_of([&] { fresh.verify("notes.txt"); }).empty());
+    }
+  }
+
   TEST_CASE("array_header() of a deflated member inflates its header only") {
     std::string bad = deflated_archive();
     add_to_u32(bad, first_entry_field(bad, 16), 1);  // bad CRC: needs the whole stream to see

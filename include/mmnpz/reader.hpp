@@ -125,10 +125,14 @@ class reader {
   bytes_view file_bytes() const;
 
   /// Checks the CRC-32 of every member's contents against the directory; never throws for a
-  /// bad member (see verify_result), only for OS errors.
+  /// bad member (see verify_result), only for OS errors. A deflated member that bytes() or
+  /// array() has not decoded is inflated as read() does it, in pieces, and not cached, so
+  /// archives larger than memory can be verified.
   verify_result verify() const;
-  /// Checks one member; throws errc::checksum (or the decoding error) when it is bad.
-  void verify(std::string_view key) const;
+  /// Checks one member, as verify() does; throws errc::checksum (or the decoding error) when
+  /// it is bad.
+  void verify(std::string_view key) const { verify(index_of(key)); }
+  void verify(std::size_t index) const;
 
   std::uint64_t file_size() const;
   /// Bytes before the archive proper (a self-extracting stub, a concatenated prefix).
