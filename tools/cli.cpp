@@ -58,7 +58,8 @@ is refused unless --allow-duplicates (readers then see the last one). --decompre
 deflated members inflated, streaming, as align does.)"},
     {"extract", R"(usage: mmnpz extract [-o DIR] FILE MEMBER...
 Writes each member's contents to DIR (default .) under its name; an array member is a
-complete .npy file. MEMBER may omit ".npy". Existing files are not overwritten.)"},
+complete .npy file. MEMBER may omit ".npy". Existing files are not overwritten. Members are
+streamed (deflated ones inflated in pieces of 8 MiB), so members larger than memory extract.)"},
     {"recover", R"(usage: mmnpz recover FILE
 Rebuilds the central directory of an archive whose writer died before closing it: keeps
 every complete member whose CRC-32 matches, cuts off the rest, and says what it did.)"},
@@ -185,7 +186,22 @@ int cmd_ls(const args& a) {
       std::string dtype = "-", shape = "-", shape_js = "null";
       std::string offset = "-", aligned = "-";
       std::uint64_t nbytes = m.uncompressed_size;
-      if (r.is_array(i)) {
+      if (m.is_deflated()) {
+        // Only the header is inflated: array() would inflate the whole member and keep it.
+        try {
+          const npy_header h = r.array_header(i);
+          if (h.type.has_object()) {
+            dtype = "object";
+          } else {
+            dtype = h.type.str();
+            shape = shape_text(h.shape);
+            shape_js = shape_json(h.shape);
+            nbytes = h.nbytes;
+          }
+        } catch (const error& e) {
+          if (e.code() != errc::not_an_array) throw;
+        }
+      } else if (r.is_array(i)) {
         try {
           const array_view v = r.array(i);
           dtype = v.type().str();
@@ -284,8 +300,18 @@ int cmd_verify(const args& a) {
           const std::size_t i = todo[k];
           std::string problem;
           try {
-            r.verify(std::string(r.member(i).name));
-            if (r.is_array(i)) r.array(i);
+            // A deflated member is streamed through the CRC-32 in pieces, never kept whole;
+            // then only its header is inflated again to be checked.
+            r.verify(i);
+            if (!r.member(i).is_deflated()) {
+              if (r.is_array(i)) r.array(i);
+            } else {
+              try {
+                r.array_header(i);
+              } catch (const error& e) {
+                if (e.code() != errc::not_an_array) throw;
+              }
+            }
           } catch (const error& e) {
             if (e.code() != errc::object_array) problem = e.what();
           }
@@ -438,6 +464,32 @@ int cmd_merge(const args& a) {
   return write_archive(a.operands[0], {a.operands.begin() + 1, a.operands.end()}, a);
 }
 
+// Writes the contents of member `i` to the new file `target` as read() streams them, so that
+// no member is ever held whole. A file that an error leaves incomplete is removed.
+void extract_member(const reader& r, std::size_t i, const std::string& target) {
+  FILE* f = std::fopen(target.c_str(), "wbx");
+  if (!f) throw error(errc::io, target, {}, error::no_offset, "create", errno);
+  try {
+    r.read(
+        i,
+        [&](const std::byte* p, std::size_t n) {
+          if (std::fwrite(p, 1, n, f) != n) {
+            throw error(errc::io, target, {}, error::no_offset, "write to", errno);
+          }
+        },
+        inflate_piece);
+  } catch (...) {
+    std::fclose(f);
+    std::remove(target.c_str());
+    throw;
+  }
+  if (std::fclose(f) != 0) {
+    const int e = errno;
+    std::remove(target.c_str());
+    throw error(errc::io, target, {}, error::no_offset, "write to", e);
+  }
+}
+
 int cmd_extract(const args& a) {
   if (a.operands.size() < 2) throw usage_error{"extract needs FILE and at least one MEMBER"};
   const std::string dir = a.has("-o") ? a.options.at("-o") : ".";
@@ -451,12 +503,7 @@ int cmd_extract(const args& a) {
     }
     const std::string target = dir + "/" + base;
     if (exists(target)) throw usage_error{"'" + target + "' exists: not overwritten"};
-    const bytes_view b = r.bytes(i);
-    FILE* f = std::fopen(target.c_str(), "wbx");
-    if (!f) throw error(errc::io, target, {}, error::no_offset, "create", errno);
-    const bool ok = std::fwrite(b.data, 1, b.size, f) == b.size;
-    if (std::fclose(f) != 0 || !ok)
-      throw error(errc::io, target, {}, error::no_offset, "write to", errno);
+    extract_member(r, i, target);
     std::printf("%s\n", target.c_str());
   }
   return 0;

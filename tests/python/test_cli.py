@@ -21,22 +21,31 @@ def run(*args, cwd=None):
     return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=cwd)
 
 
-@pytest.fixture
-def mixed(tmp_path):
-    """An archive numpy wrote: arrays (one Fortran, one big-endian) and a text member."""
-    path = tmp_path / "mixed.npz"
-    np.savez(path, a=np.arange(12.0).reshape(3, 4), f=np.asfortranarray(np.ones((2, 3), ">i4")),
-             s=np.array([b"ab", b"cd"]))
-    with zipfile.ZipFile(path, "a") as z:
+def write_mixed(path, save=np.savez):
+    """An archive numpy's `save` writes: arrays (one Fortran, one big-endian) and a text member
+    (deflated too when `save` deflates)."""
+    save(path, a=np.arange(12.0).reshape(3, 4), f=np.asfortranarray(np.ones((2, 3), ">i4")),
+         s=np.array([b"ab", b"cd"]))
+    compression = zipfile.ZIP_DEFLATED if save is np.savez_compressed else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, "a", compression) as z:
         z.writestr("readme.txt", "hello")
     return path
 
 
-def test_ls_json_agrees_with_numpy_member_by_member(mixed):
-    out = run("ls", "--json", mixed)
+@pytest.fixture
+def mixed(tmp_path):
+    return write_mixed(tmp_path / "mixed.npz")
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_ls_json_agrees_with_numpy_member_by_member(save, tmp_path):
+    path = write_mixed(tmp_path / "mixed.npz", save)
+    method = "deflated" if save is np.savez_compressed else "stored"
+    out = run("ls", "--json", path)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    with np.load(mixed) as f:
+    assert [row["method"] for row in rows] == [method] * 4
+    with np.load(path) as f:
         for row in rows:
             if row["name"] == "readme.txt":
                 assert row["dtype"] is None and row["bytes"] == 5
@@ -45,8 +54,10 @@ def test_ls_json_agrees_with_numpy_member_by_member(mixed):
             assert row["dtype"] == a.dtype.str
             assert tuple(row["shape"]) == a.shape
             assert row["bytes"] == a.nbytes
-            assert row["method"] == "stored"
-            assert row["offset"] % row["alignment"] == 0
+            if method == "stored":
+                assert row["offset"] % row["alignment"] == 0
+            else:  # inflated data has no place in the file
+                assert row["offset"] is None and row["alignment"] is None
 
 
 def test_ls_and_info_print_one_line_per_member_and_a_summary(mixed):
@@ -148,36 +159,74 @@ PEAK_RSS = """
 import resource, subprocess, sys
 done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 sys.stderr.write(done.stderr)
+sys.stdout.write(done.stdout)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)  # KiB on Linux
 sys.exit(done.returncode)
 """
 
 
-def test_align_decompress_streams_a_deflated_member_larger_than_its_memory(tmp_path):
-    """1.5 GiB of int32 that deflate shrinks to ~12 MB: align --decompress stays under 256 MiB."""
-    if shutil.disk_usage(tmp_path).free < 4 << 30:
-        pytest.skip("needs 4 GiB of free disk")
+class BigDeflated:
+    """A 1.5 GiB C-order int32 array of `rows` rows of 0..cols-1, as one deflated member "x.npy"
+    of an archive of ~12 MB; `crc` is the member's CRC-32 as the directory states it."""
+
     cols = 64
     rows = (3 << 29) // (4 * cols)  # 1.5 GiB; row k is 0..63, a period deflate finds at once
     nbytes = rows * cols * 4
-    source, out = tmp_path / "big_deflated.npz", tmp_path / "big_aligned.npz"
-    try:
-        header = {"descr": "<i4", "fortran_order": False, "shape": (rows, cols)}
+
+    def __init__(self, path):
+        self.path = path
+        header = {"descr": "<i4", "fortran_order": False, "shape": (self.rows, self.cols)}
         npy = io.BytesIO()
         np.lib.format.write_array_header_1_0(npy, header)
-        piece = np.tile(np.arange(cols, dtype="<i4"), 1 << 16).tobytes()  # 16 MiB
-        with zipfile.ZipFile(source, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        piece = np.tile(np.arange(self.cols, dtype="<i4"), 1 << 16).tobytes()  # 16 MiB
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
             with z.open("x.npy", "w", force_zip64=True) as f:
                 f.write(npy.getvalue())
-                for _ in range(nbytes // len(piece)):
+                for _ in range(self.nbytes // len(piece)):
                     f.write(piece)
-        assert source.stat().st_size < nbytes // 100
+        with zipfile.ZipFile(path) as z:
+            self.crc = z.getinfo("x.npy").CRC
+            self.member_size = z.getinfo("x.npy").file_size
+        assert path.stat().st_size < self.nbytes // 100
 
-        done = subprocess.run([sys.executable, "-c", PEAK_RSS] + CLI +
-                              ["align", "--decompress", str(source), str(out)],
-                              capture_output=True, text=True)
+
+@pytest.fixture(scope="module")
+def big_deflated(tmp_path_factory):
+    """Built once for the tests of streaming; the tests delete what they write next to it."""
+    directory = tmp_path_factory.mktemp("big")
+    if shutil.disk_usage(directory).free < 4 << 30:
+        pytest.skip("needs 4 GiB of free disk")
+    big = BigDeflated(directory / "big_deflated.npz")
+    yield big
+    big.path.unlink(missing_ok=True)
+
+
+def member_data_offset(path, name):
+    """Where the member's (compressed) bytes start in the file, after its local header."""
+    with zipfile.ZipFile(path) as z:
+        local_header = z.getinfo(name).header_offset
+    with open(path, "rb") as f:
+        f.seek(local_header + 26)
+        name_len, extra_len = struct.unpack("<HH", f.read(4))
+    return local_header + 30 + name_len + extra_len
+
+
+def peak_rss(*args):
+    """Runs the CLI as the only child of a fresh Python: (its completed process, its peak RSS)."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS] + CLI + [str(a) for a in args],
+                          capture_output=True, text=True)
+    stdout, _, peak = done.stdout[:-1].rpartition("\n")
+    done.stdout = stdout + "\n" if stdout else ""
+    return done, int(peak)
+
+
+def test_align_decompress_streams_a_deflated_member_larger_than_its_memory(big_deflated, tmp_path):
+    """1.5 GiB of int32 that deflate shrinks to ~12 MB: align --decompress stays under 256 MiB."""
+    source, out = big_deflated.path, tmp_path / "big_aligned.npz"
+    rows, cols, nbytes = big_deflated.rows, big_deflated.cols, big_deflated.nbytes
+    try:
+        done, peak = peak_rss("align", "--decompress", source, out)
         assert done.returncode == 0, done.stderr
-        peak = int(done.stdout.splitlines()[-1])
         print(f"align --decompress of a {nbytes} byte member: peak RSS {peak} bytes")
         assert peak < 256 << 20 and peak < nbytes // 6
 
@@ -185,10 +234,8 @@ def test_align_decompress_streams_a_deflated_member_larger_than_its_memory(tmp_p
         with zipfile.ZipFile(out) as z:
             info = z.getinfo("x.npy")
             assert info.compress_type == zipfile.ZIP_STORED
+        member_start = member_data_offset(out, "x.npy")
         with open(out, "rb") as f:
-            f.seek(info.header_offset + 26)
-            name_len, extra_len = struct.unpack("<HH", f.read(4))
-            member_start = info.header_offset + 30 + name_len + extra_len
             f.seek(member_start)
             assert np.lib.format.read_magic(f) == (1, 0)
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -210,8 +257,78 @@ def test_align_decompress_streams_a_deflated_member_larger_than_its_memory(tmp_p
         assert view.shape == (rows, cols) and np.array_equal(view[rows // 3], want)
         del a, view
     finally:
-        source.unlink(missing_ok=True)
         out.unlink(missing_ok=True)
+
+
+def test_ls_verify_and_extract_stream_a_deflated_member_larger_than_their_memory(big_deflated,
+                                                                                 tmp_path):
+    """ls and info inflate only the .npy header of a 1.5 GiB deflated member, verify and extract
+    inflate it in pieces: each stays under 128 MiB, and extract writes the .npy numpy reads."""
+    big = big_deflated
+    rows, cols, nbytes = big.rows, big.cols, big.nbytes
+    limit = 128 << 20  # the executable needs ~25 MB, python -m mmnpz ~60 MB
+    peaks = {}
+    bad = tmp_path / "bad_crc.npz"
+    out = tmp_path / "out"
+    out.mkdir()
+    extracted = out / "x.npy"
+    try:
+        ls, peaks["ls --json"] = peak_rss("ls", "--json", big.path)
+        assert ls.returncode == 0, ls.stderr
+        with zipfile.ZipFile(big.path) as z, z.open("x.npy") as f:  # numpy reads the header
+            assert np.lib.format.read_magic(f) == (1, 0)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        assert json.loads(ls.stdout) == [{
+            "name": "x.npy", "dtype": dtype.str, "shape": list(shape), "bytes": nbytes,
+            "method": "deflated", "offset": None, "alignment": None}]
+        ls, peaks["ls"] = peak_rss("ls", big.path)
+        assert ls.returncode == 0, ls.stderr
+        assert ls.stdout.split() == ["x.npy", "<i4", f"({rows},", f"{cols})", str(nbytes),
+                                     "deflated", "-", "-"]
+        info, peaks["info"] = peak_rss("info", big.path)
+        assert info.returncode == 0 and f"{big.path}: 1 members" in info.stdout, info.stderr
+
+        # A copy whose directory states another CRC-32: found only at the end of the stream.
+        data = bytearray(big.path.read_bytes())
+        entry = data.rindex(b"PK\x01\x02")  # the central directory's only entry
+        struct.pack_into("<I", data, entry + 16, big.crc ^ 1)
+        bad.write_bytes(bytes(data))
+        with zipfile.ZipFile(bad) as z:
+            assert z.getinfo("x.npy").CRC == big.crc ^ 1
+        verify, peaks["verify --threads 2 (good, bad)"] = peak_rss("verify", "--threads", "2",
+                                                                   big.path, bad)
+        assert verify.returncode == 1
+        assert f"{big.path}: OK (1 members checked)" in verify.stdout
+        assert f"{bad}: BAD (1 members checked, 1 bad)" in verify.stdout
+        assert verify.stderr.splitlines() == [
+            f"{bad}: member 'x.npy' at offset {member_data_offset(big.path, 'x.npy')}: CRC-32 is "
+            f"0x{big.crc:08x}, the central directory says 0x{big.crc ^ 1:08x}"]
+        bad.unlink()
+
+        done, peaks["extract"] = peak_rss("extract", "-o", out, big.path, "x")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"{extracted}\n"
+        assert extracted.stat().st_size == big.member_size
+        crc = 0
+        with open(extracted, "rb") as f:
+            for piece in iter(lambda: f.read(64 << 20), b""):
+                crc = zlib.crc32(piece, crc)
+        assert crc == big.crc
+        a = np.load(extracted, mmap_mode="r")  # numpy's view of the file
+        assert (a.shape, a.dtype, np.isfortran(a)) == ((rows, cols), np.dtype("<i4"), False)
+        want = np.arange(cols, dtype="<i4")
+        for k in (0, 1, rows // 2, rows - 1):
+            assert np.array_equal(a[k], want)
+        assert np.array_equal(a[-1000:].sum(axis=0), want * 1000)
+        del a
+
+        print()
+        for command, peak in peaks.items():
+            print(f"{command} of a {nbytes} byte deflated member: peak RSS {peak} bytes")
+        assert all(peak < limit for peak in peaks.values()), peaks
+    finally:
+        bad.unlink(missing_ok=True)
+        extracted.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("command", ["ls", "info", "verify", "align", "merge", "extract", "recover"])
