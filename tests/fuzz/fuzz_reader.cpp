@@ -1,11 +1,14 @@
-// Fuzz target for the reader: opens an archive from bytes, lists it, decodes every member and
-// verifies it. Any mmnpz::error is an expected answer to a malformed input; anything else
-// (another exception, a sanitizer report, a broken invariant) is a bug and escapes to the
-// fuzzer. Built with libFuzzer under -DMMNPZ_FUZZ=ON, and in every build into fuzz_replay,
-// which runs the saved corpus as an ordinary test.
+// Fuzz target for the reader: opens an archive from bytes, lists it, decodes every member (also
+// streamed by read(), and its .npy header alone by array_header()) and verifies it. Any
+// mmnpz::error is an expected answer to a malformed input; anything else (another exception, a
+// sanitizer report, a broken invariant) is a bug and escapes to the fuzzer. Built with libFuzzer
+// under -DMMNPZ_FUZZ=ON, and in every build into fuzz_replay, which runs the saved corpus as an
+// ordinary test.
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -69,6 +72,35 @@ void check_header_round_trip(const mmnpz::array_view& a) {
   }
 }
 
+// What read() streamed of a member: its pieces joined, or the error that ended it.
+struct streamed {
+  std::string contents;
+  std::optional<mmnpz::error> failure;
+};
+
+// Every piece but the last has `chunk` bytes, the last one 1 to `chunk`.
+streamed read_in_pieces(const mmnpz::reader& r, std::size_t i, std::size_t chunk) {
+  streamed s;
+  std::size_t previous = chunk;
+  try {
+    r.read(
+        i,
+        [&](const std::byte* p, std::size_t n) {
+          require(previous == chunk, "read() handed out a short piece before the last");
+          require(n > 0 && n <= chunk, "read() handed out a piece of " + std::to_string(n) +
+                                           " bytes in pieces of " + std::to_string(chunk));
+          previous = n;
+          s.contents.append(reinterpret_cast<const char*>(p), n);
+        },
+        chunk);
+  } catch (const mmnpz::error& e) {
+    s.failure = e;
+  }
+  return s;
+}
+
+std::string what(const std::optional<mmnpz::error>& e) { return e ? e->what() : "no error"; }
+
 std::uint64_t exercise_member(const mmnpz::reader& r, std::size_t i,
                               const mmnpz::bytes_view& file) {
   std::uint64_t sum = 0;
@@ -79,14 +111,75 @@ std::uint64_t exercise_member(const mmnpz::reader& r, std::size_t i,
   require(found && *found >= i && r.member(*found).name == m.name,
           "a member's own name does not resolve to it or a later namesake");
 
-  const mmnpz::bytes_view b = r.bytes(i);
+  // Before bytes() and array() decode the member: read() inflates it itself, uncached, and
+  // array_header() inflates its first bytes only.
+  const streamed s = read_in_pieces(r, i, 4096);
+  std::optional<mmnpz::npy_header> header;
+  std::optional<mmnpz::error> header_failure;
+  try {
+    header = r.array_header(i);
+  } catch (const mmnpz::error& e) {
+    header_failure = e;
+  }
+
+  mmnpz::bytes_view b;
+  try {
+    b = r.bytes(i);
+  } catch (const mmnpz::error& e) {
+    require(s.failure && what(s.failure) == e.what(),
+            "bytes() failed with '" + std::string(e.what()) + "' but read() with '" +
+                what(s.failure) + "'");
+    // A stored member fails in its local header, which array_header() reads too; a deflated
+    // one may fail after its .npy header.
+    require(m.is_deflated() || what(header_failure) == e.what(),
+            "bytes() failed with '" + std::string(e.what()) + "' but array_header() with '" +
+                what(header_failure) + "'");
+    throw;
+  }
   require(b.size == m.uncompressed_size, "bytes() size differs from the directory's");
   require(b.size == 0 || b.data != nullptr, "bytes() of a non-empty member is null");
   if (b.mapped) require(inside(b.data, b.size, file.data, file.size), "bytes() outside the file");
   sum += checksum(b.data, b.size);
+  require(!s.failure, "read() failed where bytes() did not: " + what(s.failure));
+  require(s.contents.size() == b.size &&
+              (b.size == 0 || std::memcmp(s.contents.data(), b.data, b.size) == 0),
+          "read() streamed other contents than bytes() gives");
+  std::uint64_t at = 0;  // now from the cache, in pieces of another size
+  r.read(
+      i,
+      [&](const std::byte* p, std::size_t n) {
+        require(n <= b.size - at && std::memcmp(p, b.data + at, n) == 0,
+                "read() from the cache differs from bytes()");
+        at += n;
+      },
+      1000);
+  require(at == b.size, "read() from the cache stopped short of bytes()");
 
-  if (!r.is_array(i)) return sum;
-  const mmnpz::array_view a = r.array(i);
+  if (!r.is_array(i)) {
+    require(header_failure && header_failure->code() == mmnpz::errc::not_an_array,
+            "array_header() of a member that is not an array gave " + what(header_failure));
+    return sum;
+  }
+  mmnpz::array_view a;
+  try {
+    a = r.array(i);
+  } catch (const mmnpz::error& e) {
+    if (e.code() == mmnpz::errc::object_array) {
+      require(header && header->type.has_object(),
+              "array() refused an object array that array_header() did not see");
+    } else {
+      require(what(header_failure) == e.what(), "array() failed with '" + std::string(e.what()) +
+                                                    "' but array_header() with '" +
+                                                    what(header_failure) + "'");
+    }
+    throw;
+  }
+  require(header.has_value(),
+          "array() succeeded where array_header() failed: " + what(header_failure));
+  require(header->type == a.type() && header->shape == a.shape() &&
+              header->fortran_order == a.fortran_order() && header->nbytes == a.nbytes() &&
+              a.data() == b.data + header->data_offset,
+          "array_header() and array() disagree");
   const mmnpz::dtype& t = a.type();
   sum += static_cast<std::uint8_t>(t.kind()) + t.itemsize() + t.descr().size() + t.str().size();
   sum += t.fields().size() + t.datetime_unit().size() + (t.has_object() ? 1 : 0);
@@ -112,6 +205,9 @@ std::uint64_t exercise_member(const mmnpz::reader& r, std::size_t i,
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   volatile std::uint64_t sink = 0;
   try {
+    // verify() of a reader that decoded nothing streams deflated members through read().
+    const mmnpz::verify_result streamed_verify =
+        mmnpz::reader::from_bytes(data, size, "fuzz.npz").verify();
     const mmnpz::reader r = mmnpz::reader::from_bytes(data, size, "fuzz.npz");
     const mmnpz::bytes_view file = r.file_bytes();
     require(file.size == size, "file_bytes() size differs from the input");
@@ -128,6 +224,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     const mmnpz::verify_result v = r.verify();
     require(v.members_checked == r.size(), "verify() skipped members");
+    require(streamed_verify.members_checked == v.members_checked &&
+                streamed_verify.bytes_checked == v.bytes_checked &&
+                streamed_verify.failures.size() == v.failures.size(),
+            "verify() streaming and verify() of decoded members disagree");
+    for (std::size_t k = 0; k < v.failures.size(); ++k) {
+      require(std::string(streamed_verify.failures[k].what()) == v.failures[k].what(),
+              "verify() streaming says '" + std::string(streamed_verify.failures[k].what()) +
+                  "', verify() of decoded members '" + v.failures[k].what() + "'");
+    }
     sink = sink + v.bytes_checked + v.failures.size();
   } catch (const mmnpz::error& e) {
     sink = sink + std::string(e.what()).size();
