@@ -6,6 +6,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import warnings
 import zipfile
 import zlib
 
@@ -81,6 +82,21 @@ def test_verify_passes_good_archives_and_names_a_damaged_member(mixed, tmp_path)
     assert f"{bad}: member 'f.npy'" in out.stderr and "CRC-32" in out.stderr
     assert f"{mixed}: OK" in out.stdout and f"{bad}: BAD" in out.stdout
     assert run("verify", "--quick", mixed).returncode == 0
+
+
+def test_verify_checks_each_member_of_a_repeated_name(tmp_path):
+    path = tmp_path / "namesakes.npz"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("a.txt", "first")
+            z.writestr("a.txt", "second")
+    data = bytearray(path.read_bytes())
+    data[data.index(b"first")] ^= 1  # the member that numpy's rule hides
+    path.write_bytes(bytes(data))
+    out = run("verify", path)
+    assert out.returncode == 1 and f"{path}: BAD (2 members checked, 1 bad)" in out.stdout
+    assert out.stderr.startswith(f"{path}: member 'a.txt' at offset 35: CRC-32 is")
 
 
 def test_align_rewrites_any_archive_aligned_and_readable_by_numpy(mixed, tmp_path):
