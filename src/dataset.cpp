@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "detail/thread_pool.hpp"
+#include "mmnpz/npy.hpp"
 
 namespace mmnpz {
 namespace detail {
@@ -73,19 +74,34 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
   return out;
 }
 
-bool is_c_contiguous(const array_view& v) {
-  std::int64_t expected = static_cast<std::int64_t>(v.type().itemsize());
-  for (std::size_t d = v.ndim(); d-- > 0;) {
-    if (v.shape()[d] > 1 && v.strides()[d] != expected) return false;
-    expected *= static_cast<std::int64_t>(v.shape()[d]);
+bool is_c_contiguous(const std::vector<std::uint64_t>& shape,
+                     const std::vector<std::int64_t>& strides, std::uint64_t itemsize) {
+  std::int64_t expected = static_cast<std::int64_t>(itemsize);
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] > 1 && strides[d] != expected) return false;
+    expected *= static_cast<std::int64_t>(shape[d]);
   }
   return true;
 }
 
+// One archive's items, their layouts numbered within the archive (merged afterwards).
 struct shard_items {
   std::vector<dataset_item> items;
-  std::vector<array_view> views;  // parallel to items; layouts are interned afterwards
+  std::vector<item_layout> layouts;
 };
+
+std::uint32_t intern(std::vector<item_layout>& layouts, const dtype& type,
+                     std::vector<std::uint64_t> trailing) {
+  for (std::size_t l = layouts.size(); l-- > 0;) {  // the last one is nearly always it
+    if (layouts[l].type == type && layouts[l].trailing == trailing) {
+      return static_cast<std::uint32_t>(l);
+    }
+  }
+  std::uint64_t row = type.itemsize();
+  for (auto d : trailing) row *= d;  // cannot overflow: the whole array's size was checked
+  layouts.push_back({type, std::move(trailing), row});
+  return static_cast<std::uint32_t>(layouts.size() - 1);
+}
 
 shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& select) {
   shard_items out;
@@ -95,19 +111,30 @@ shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& 
     std::string_view key = info.name;
     if (key.size() > 4 && key.substr(key.size() - 4) == ".npy") key.remove_suffix(4);
     if (!select.empty() && ::fnmatch(select.c_str(), std::string(key).c_str(), 0) != 0) continue;
-    array_view v = r.array(m);
-    if (v.ndim() == 0) {
+    dataset_item it;
+    npy_header h;
+    if (info.is_deflated()) {
+      // Only the header is inflated now; gather inflates the data on first use.
+      h = r.array_header(m);
+      if (h.type.has_object()) r.array(m);  // throws errc::object_array, as for stored ones
+    } else {
+      const array_view v = r.array(m);
+      h.type = v.type();
+      h.shape = v.shape();
+      h.fortran_order = v.fortran_order();
+      it.data = v.data();
+    }
+    if (h.shape.empty()) {
       throw error(errc::invalid_argument, r.path(), std::string(info.name), error::no_offset,
                   "is a 0-d array; dataset items need a first axis (choose members with select)");
     }
-    dataset_item it;
-    it.data = v.data();
-    it.length = v.shape()[0];
+    it.length = h.shape[0];
     it.shard = shard;
     it.member = m;
-    it.c_contiguous = is_c_contiguous(v);
+    it.c_contiguous = is_c_contiguous(
+        h.shape, byte_strides(h.shape, h.type.itemsize(), h.fortran_order), h.type.itemsize());
+    it.layout = intern(out.layouts, h.type, {h.shape.begin() + 1, h.shape.end()});
     out.items.push_back(it);
-    out.views.push_back(std::move(v));
   }
   return out;
 }
@@ -149,46 +176,36 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
   s->readers.reserve(n);
   for (auto& r : readers) s->readers.push_back(std::move(*r));
 
-  // Number the items, then intern their layouts (consecutive items almost always share one).
-  std::vector<std::pair<std::uint32_t, std::size_t>> order;  // (shard, position in shard)
+  // Number the items, and the archives' layouts in one table.
+  std::vector<std::vector<std::uint32_t>> global_layout(n);  // per archive: local -> global
+  for (std::size_t sh = 0; sh < n; ++sh) {
+    for (const item_layout& l : per_shard[sh].layouts) {
+      global_layout[sh].push_back(intern(s->layouts, l.type, l.trailing));
+    }
+  }
   std::size_t total = 0, longest = 0;
   for (const auto& p : per_shard) {
     total += p.items.size();
     longest = std::max(longest, p.items.size());
   }
-  order.reserve(total);
+  s->items.reserve(total);
+  s->lengths.reserve(total);
+  auto add = [&](std::size_t sh, std::size_t k) {
+    dataset_item it = per_shard[sh].items[k];
+    it.layout = global_layout[sh][it.layout];
+    s->items.push_back(it);
+    s->lengths.push_back(it.length);
+  };
   if (options.order == shard_order::concatenate) {
-    for (std::uint32_t sh = 0; sh < n; ++sh) {
-      for (std::size_t k = 0; k < per_shard[sh].items.size(); ++k) order.emplace_back(sh, k);
+    for (std::size_t sh = 0; sh < n; ++sh) {
+      for (std::size_t k = 0; k < per_shard[sh].items.size(); ++k) add(sh, k);
     }
   } else {
     for (std::size_t k = 0; k < longest; ++k) {
-      for (std::uint32_t sh = 0; sh < n; ++sh) {
-        if (k < per_shard[sh].items.size()) order.emplace_back(sh, k);
+      for (std::size_t sh = 0; sh < n; ++sh) {
+        if (k < per_shard[sh].items.size()) add(sh, k);
       }
     }
-  }
-  s->items.reserve(total);
-  s->lengths.reserve(total);
-  for (const auto& [sh, k] : order) {
-    dataset_item it = per_shard[sh].items[k];
-    const array_view& v = per_shard[sh].views[k];
-    const std::vector<std::uint64_t> trailing(v.shape().begin() + 1, v.shape().end());
-    auto same = [&](const item_layout& l) { return l.type == v.type() && l.trailing == trailing; };
-    if (s->layouts.empty() || !same(s->layouts[s->items.empty() ? 0 : s->items.back().layout])) {
-      auto found = std::find_if(s->layouts.begin(), s->layouts.end(), same);
-      if (found == s->layouts.end()) {
-        std::uint64_t row = v.type().itemsize();
-        for (auto d : trailing) row *= d;  // cannot overflow: the whole array fits the file
-        s->layouts.push_back({v.type(), trailing, row});
-        found = s->layouts.end() - 1;
-      }
-      it.layout = static_cast<std::uint32_t>(found - s->layouts.begin());
-    } else {
-      it.layout = s->items.back().layout;
-    }
-    s->items.push_back(it);
-    s->lengths.push_back(it.length);
   }
   s_ = std::move(s);
 }

@@ -72,11 +72,11 @@ void copy_strided(const array_view& v, std::uint64_t row, std::uint64_t n, std::
   }
 }
 
-void copy_rows(const dataset& ds, std::size_t i, const dataset_item& it, std::uint64_t row,
-               std::uint64_t n, std::uint64_t row_bytes, std::byte* dst) {
+void copy_rows(const dataset& ds, std::size_t i, const dataset_item& it, const std::byte* data,
+               std::uint64_t row, std::uint64_t n, std::uint64_t row_bytes, std::byte* dst) {
   if (n == 0) return;
   if (it.c_contiguous) {
-    std::memcpy(dst, it.data + row * row_bytes, n * row_bytes);
+    std::memcpy(dst, data + row * row_bytes, n * row_bytes);
   } else {
     copy_strided(ds.array(i), row, n, dst);
   }
@@ -108,7 +108,8 @@ struct task {
   std::uint64_t row_bytes;
   std::byte* dst;
   std::int64_t* valid;
-  const std::byte* key;  // where the read begins, for ordering by file offset
+  const std::byte* data;  // the item's data (the mapping, or its inflated copy)
+  const std::byte* key;   // where the read begins, for ordering by file offset
 };
 
 void run_task(const task& t, const excerpt_options& o) {
@@ -120,13 +121,13 @@ void run_task(const task& t, const excerpt_options& o) {
     std::uint64_t row = t.start % len;
     while (copied < t.length) {
       const std::uint64_t n = std::min(len - row, t.length - copied);
-      copy_rows(ds, t.item, it, row, n, t.row_bytes, t.dst + copied * t.row_bytes);
+      copy_rows(ds, t.item, it, t.data, row, n, t.row_bytes, t.dst + copied * t.row_bytes);
       copied += n;
       row = 0;
     }
   } else {
     copied = std::min(t.length, len - t.start);  // start <= len was checked
-    copy_rows(ds, t.item, it, t.start, copied, t.row_bytes, t.dst);
+    copy_rows(ds, t.item, it, t.data, t.start, copied, t.row_bytes, t.dst);
     fill_rows(t.dst + copied * t.row_bytes, (t.length - copied) * t.row_bytes, o.fill);
   }
   if (t.valid) *t.valid = static_cast<std::int64_t>(copied);
@@ -219,10 +220,12 @@ void gather(const std::vector<gather_field>& fields, const std::int64_t* starts,
       if (o.pad == pad_mode::wrap && it.length == 0 && flen > 0) {
         throw item_error(ds, i, errc::invalid_argument, "an empty member cannot be wrapped");
       }
+      // A deflated member is inflated here, on its first gather (once; its reader keeps it).
+      const std::byte* data = it.data ? it.data : ds.array(i).data();
       const std::uint64_t offset = std::min(start, it.length) * want.row_bytes;
       tasks.push_back({&f, i, start, flen, want.row_bytes,
                        f.out + static_cast<std::uint64_t>(k) * flen * want.row_bytes,
-                       f.valid ? f.valid + k : nullptr, it.data + offset});
+                       f.valid ? f.valid + k : nullptr, data, data + offset});
       total_bytes += flen * want.row_bytes;
     }
   }

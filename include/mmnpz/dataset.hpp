@@ -39,7 +39,7 @@ struct item_layout {
 namespace detail {
 /// What gather needs of one item, resolved once when the dataset opens.
 struct dataset_item {
-  const std::byte* data = nullptr;  ///< first byte of the array data
+  const std::byte* data = nullptr;  ///< first byte of the array data; null when deflated
   std::uint64_t length = 0;         ///< shape[0]
   std::uint32_t shard = 0;          ///< which archive
   std::uint32_t layout = 0;         ///< index into dataset::layouts()
@@ -59,10 +59,11 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& specs);
 /// the unit that gather() and the samplers work on.
 ///
 /// Opening maps every archive and decodes every selected member's .npy header (in parallel),
-/// so lengths, dtypes and trailing shapes are known without touching array data; stored
-/// members stay in the mapping (deflated ones are inflated and held by their reader, so store
-/// training data uncompressed: `mmnpz align --decompress`). Duplicate names inside one archive
-/// count once (the last, as numpy reads it). Immutable after opening and safe to share
+/// so lengths, dtypes and trailing shapes are known without touching array data. Stored
+/// members stay in the mapping; of a deflated member only the header is inflated at opening,
+/// its data on its first gather, and then held by its reader for the dataset's lifetime (so
+/// store training data uncompressed: `mmnpz align --decompress`). Duplicate names inside one
+/// archive count once (the last, as numpy reads it). Immutable after opening and safe to share
 /// between threads; copies share the same state.
 class dataset {
  public:

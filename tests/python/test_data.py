@@ -396,3 +396,19 @@ def test_the_loader_recycles_only_batches_nobody_holds(shards):
     assert len({k.base.ctypes.data for k in kept}) == len(kept)  # never handed out twice
     addresses = {b.data.ctypes.data for b in mmnpz.Loader(ds, sampler, 4, pad="wrap")}
     assert len(addresses) <= 6  # dropped batches' memory came back
+
+
+def test_compressed_items_are_inflated_on_their_first_gather_not_when_opening(tmp_path):
+    from test_zero_copy import grown_kib, memory_kib
+
+    path = tmp_path / "compressed.npz"
+    arrays = {f"m{k}": np.full((2500, 1000), k, np.float32) for k in range(20)}  # 10 MB each
+    np.savez_compressed(path, **arrays)
+    del arrays
+    before = memory_kib()
+    ds = mmnpz.Dataset(path)
+    assert ds.lengths.tolist() == [2500] * 20 and ds.trailing_shape == (1000,)
+    assert grown_kib(before)["RssAnon"] < 20_000  # 200 MB of data, none inflated yet
+    got = ds.gather([3, 3, 7], [0, 2000, 10], 500)
+    assert [np.unique(g).tolist() for g in got] == [[3.0], [3.0], [7.0]]
+    assert 15_000 < grown_kib(before)["RssAnon"] < 60_000  # two members of 10 MB inflated
