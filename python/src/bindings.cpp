@@ -300,10 +300,8 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def(
           "verify_one",
           [](const py_reader& p, std::size_t i) {
-            const mmnpz::reader& r = p.r;
-            const std::string name(r.member(i).name);
             py::gil_scoped_release nogil;
-            r.verify(name);
+            p.r.verify(i);
           },
           py::arg("index"), R"(Checks one member; raises FormatError when it is bad.)")
       .def_property_readonly("file_size", [](const py_reader& p) { return p.r.file_size(); })
