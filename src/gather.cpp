@@ -128,7 +128,8 @@ void run_task(const task& t, const excerpt_options& o) {
   } else {
     copied = std::min(t.length, len - t.start);  // start <= len was checked
     copy_rows(ds, t.item, it, t.data, t.start, copied, t.row_bytes, t.dst);
-    fill_rows(t.dst + copied * t.row_bytes, (t.length - copied) * t.row_bytes, o.fill);
+    fill_rows(t.dst + copied * t.row_bytes, (t.length - copied) * t.row_bytes,
+              t.field->fill.empty() ? o.fill : t.field->fill);
   }
   if (t.valid) *t.valid = static_cast<std::int64_t>(copied);
 }
@@ -178,9 +179,10 @@ void gather(const std::vector<gather_field>& fields, const std::int64_t* starts,
     // Items of the same dataset layout as `want` need no comparison of dtypes and shapes.
     const std::uint32_t want_id =
         f.expect.row_bytes != 0 ? UINT32_MAX : ds.item(f.indices[0]).layout;
-    if (!o.fill.empty() && o.pad == pad_mode::fill && o.fill.size() != want.type.itemsize()) {
+    const std::vector<std::byte>& fill = f.fill.empty() ? o.fill : f.fill;
+    if (!fill.empty() && o.pad == pad_mode::fill && fill.size() != want.type.itemsize()) {
       throw error(errc::invalid_argument, "<gather>", {}, error::no_offset,
-                  "the fill value has " + std::to_string(o.fill.size()) +
+                  "the fill value has " + std::to_string(fill.size()) +
                       " bytes but the batch's dtype " + want.type.str() + " has " +
                       std::to_string(want.type.itemsize()));
     }

@@ -41,6 +41,9 @@ struct gather_field {
   std::int64_t* valid = nullptr;
   /// The layout every item must have; when unset (row_bytes == 0) the first item's.
   item_layout expect;
+  /// This field's fill element (pad_mode::fill) in its items' dtype, when fields differ in
+  /// dtype; empty: excerpt_options::fill.
+  std::vector<std::byte> fill;
 };
 
 /// The rows of one field's excerpt for a batch-wide `length` (checks it is whole).

@@ -271,7 +271,6 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     if outs is not None and len(outs) != len(fields):
         raise ValueError(f"there are {len(fields)} fields but {len(outs)} outs")
     specs, results, valids = [], [], []
-    fill_bytes = {}
     for f, (ds, indices, rate) in enumerate(fields):
         if not isinstance(ds, Dataset):
             raise TypeError(f"fields must hold mmnpz.Dataset, not {type(ds).__name__}")
@@ -287,19 +286,12 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
         out = _out_array(None if outs is None else outs[f], (len(indices), int(rows)) + trailing,
                          dtype)
         v = np.empty(len(indices), np.int64) if valid else None
-        if pad == "fill" and fill != 0:
-            fill_bytes[f] = np.array(fill, dtype=dtype).tobytes()
-        elif pad == "fill" and len(fields) > 1:
-            fill_bytes[f] = b""
-        specs.append((ds._d, indices, r.numerator, r.denominator, out, v))
+        # Each field's fill element in its own dtype (empty: zeros).
+        fill_bytes = np.array(fill, dtype=dtype).tobytes() if pad == "fill" and fill != 0 else b""
+        specs.append((ds._d, indices, r.numerator, r.denominator, out, v, fill_bytes))
         results.append(out)
         valids.append(v)
-    if len(fill_bytes) > 1:
-        # One fill element per C++ call: fields of different dtypes are filled one at a time.
-        for f, spec in enumerate(specs):
-            _mmnpz.gather([spec], starts, length, pad, fill_bytes[f], threads)
-    else:
-        _mmnpz.gather(specs, starts, length, pad, next(iter(fill_bytes.values()), b""), threads)
+    _mmnpz.gather(specs, starts, length, pad, b"", threads)  # everything checked, then copied
     return (results, valids) if valid else results
 
 

@@ -113,7 +113,7 @@ void bind_data(py::module_& m) {
       "gather",
       [](const py::list& fields, const i64_array& starts, std::uint64_t length,
          const std::string& pad, const py::bytes& fill, std::size_t threads) {
-        // fields: [(dataset, indices, rate_num, rate_den, out, valid or None, descr, trailing)]
+        // fields: [(dataset, indices, rate_num, rate_den, out, valid or None[, fill bytes])]
         std::vector<mmnpz::gather_field> fs;
         std::vector<i64_array> keep;  // indices converted to int64, alive until the end
         keep.reserve(fields.size());
@@ -139,6 +139,11 @@ void bind_data(py::module_& m) {
               throw py::value_error("valid must have one entry per excerpt");
             }
             f.valid = valid.mutable_data();
+          }
+          if (t.size() > 6) {
+            const std::string field_fill = t[6].cast<py::bytes>();
+            f.fill.resize(field_fill.size());
+            std::memcpy(f.fill.data(), field_fill.data(), field_fill.size());
           }
           fs.push_back(f);
         }

@@ -192,6 +192,16 @@ def test_fields_at_other_frame_rates_take_the_same_window(tmp_path):
         assert np.array_equal(l_out[k], labels[f"c{i}_labels"][s // 4:s // 4 + 3])
     with pytest.raises(ValueError, match="not a whole number of rows"):
         mmnpz.gather_fields([(specs, idx, 1), (labs, idx, 0.25)], starts, 10)
+    # Each field is filled in its own dtype; a bad second field leaves the first untouched.
+    (s_out, l_out) = mmnpz.gather_fields([(specs, [0], 1), (labs, [0], 0.25)], [38], 8,
+                                         pad="fill", fill=-3)
+    assert s_out[0, 2:].tolist() == [[-3.0] * 3] * 6 and l_out[0].tolist() == [9, -3]
+    one = mmnpz.Dataset(tmp_path / "both.npz", select="c0_labels")
+    untouched = np.full((3, 12, 3), 5, np.float32)
+    with pytest.raises(IndexError, match=r"index 3 \(batch entry 0\) is out of range"):
+        mmnpz.gather_fields([(specs, idx, 1), (one, idx, 0.25)], starts, 12,
+                            outs=[untouched, None], pad="fill", fill=-3)
+    assert (untouched == 5).all()
     loader = mmnpz.Loader(specs, mmnpz.Sampler(specs, "sequential", length=8), 2,
                           fields=[(labs, 0.25)], prefetch=1)
     batch = next(iter(loader))
