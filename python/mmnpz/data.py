@@ -217,6 +217,10 @@ class Dataset:
 
 
 def _int64_vector(values, what):
+    if not (isinstance(values, np.ndarray) and values.dtype == np.int64):
+        given = np.asarray(values)
+        if given.size and given.dtype.kind not in "iu":
+            raise TypeError(f"{what} must be integers, not {given.dtype}")
     values = np.ascontiguousarray(values, dtype=np.int64)
     if values.ndim != 1:
         raise ValueError(f"{what} must be one-dimensional")
@@ -335,7 +339,7 @@ class Sampler:
                             ("world_size", world_size)):
             if int(value) < 0:
                 raise ValueError(f"{name} must not be negative, not {value}")
-        self._s = _mmnpz.Sampler(np.asarray(lengths, dtype=np.int64), kind, self.seed,
+        self._s = _mmnpz.Sampler(_int64_vector(lengths, "lengths"), kind, self.seed,
                                  self.length, int(hop), bool(shuffle_windows),
                                  bool(random_crop), int(num_samples), self.rank,
                                  self.world_size, bool(drop_remainder))

@@ -174,6 +174,12 @@ def test_bad_requests_raise_clear_errors_and_leave_out_untouched(shards):
         ds.gather([0, 1], [0], 1)
     with pytest.raises(ValueError, match="pad must be one of"):
         ds.gather([0], [0], 1, pad="zeros")
+    with pytest.raises(TypeError, match="indices must be integers, not float64"):
+        ds.gather([0.5], [0], 1)
+    with pytest.raises(TypeError, match="starts must be integers, not float64"):
+        ds.gather([0], [1.5], 1)
+    with pytest.raises(TypeError, match="lengths must be integers, not float64"):
+        mmnpz.Sampler([3.7, 4.0])
 
 
 def test_fields_at_other_frame_rates_take_the_same_window(tmp_path):
