@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -148,7 +149,10 @@ std::size_t thread_count(std::size_t wanted) {
 std::vector<std::string> expand_paths(const std::vector<std::string>& specs) {
   std::vector<std::string> out;
   for (const std::string& spec : specs) {
-    if (auto s = parse_shard_spec(spec)) {
+    struct stat st {};
+    if (::stat(spec.c_str(), &st) == 0) {
+      out.push_back(spec);  // an existing file is itself, whatever characters its name has
+    } else if (auto s = parse_shard_spec(spec)) {
       for (std::size_t i = 0; i < s->count; ++i) out.push_back(shard_name(*s, i));
     } else if (has_pattern(spec)) {
       for (auto& p : glob_paths(spec)) out.push_back(std::move(p));

@@ -36,6 +36,9 @@ TEST_SUITE("dataset") {
     CHECK(mmnpz::expand_paths({"a.npz", "b@1"}) ==
           std::vector<std::string>{"a.npz", "b-00000-of-00001"});
     CHECK(mmnpz::expand_paths({"x@y/a.npz"}) == std::vector<std::string>{"x@y/a.npz"});
+    const std::string literal = test::scratch("odd@2[1].npz");  // exists: taken as it is
+    write_clips(literal, 0, 1);
+    CHECK(mmnpz::expand_paths({literal}) == std::vector<std::string>{literal});
     const std::string stem = test::scratch("globbed");
     write_clips(stem + "_b.npz", 0, 1);
     write_clips(stem + "_a.npz", 0, 1);

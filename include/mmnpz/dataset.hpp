@@ -52,7 +52,8 @@ struct dataset_state;
 /// Splits a list of archive specs into paths, in order. A spec is a path; a shell pattern
 /// ("train-*.npz", expanded with glob(3), sorted, and an error when nothing matches); or a
 /// shard spec "NAME@N.EXT" meaning NAME-00000-of-0000N.EXT ... NAME-0000(N-1)-of-0000N.EXT
-/// (five digits or more, as bagz, TFRecord and ArrayRecord name shards).
+/// (five digits or more, as bagz, TFRecord and ArrayRecord name shards). A spec naming an
+/// existing file is that file, even when its name has '@' or pattern characters.
 std::vector<std::string> expand_paths(const std::vector<std::string>& specs);
 
 /// Many .npz archives opened as one sequence of array items with a global index 0..size()-1,
