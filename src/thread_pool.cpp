@@ -10,6 +10,7 @@
 namespace mmnpz::detail {
 
 struct thread_pool::job {
+  std::function<void(std::size_t)> owned;  // the task of a posted job
   const std::function<void(std::size_t)>* task = nullptr;
   std::size_t n = 0;
   std::size_t helpers = 0;           // how many workers may still join (threads - 1)
@@ -78,6 +79,24 @@ void thread_pool::execute(job& j) {
   if (j.done == j.n) j.all_done.notify_all();
 }
 
+void thread_pool::enqueue(const std::shared_ptr<job>& j) {
+  const std::size_t helpers = j->helpers;  // workers decrement it once the job is queued
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(j);
+  }
+  for (std::size_t i = 0; i < helpers; ++i) wake_.notify_one();
+}
+
+void thread_pool::ticket::wait() {
+  if (!job_) return;
+  const std::shared_ptr<job> j = std::move(job_);
+  execute(*j);
+  std::unique_lock<std::mutex> lock(j->done_mutex);
+  j->all_done.wait(lock, [&] { return j->done == j->n; });
+  if (j->failure) std::rethrow_exception(j->failure);
+}
+
 void thread_pool::run(std::size_t n, std::size_t threads,
                       const std::function<void(std::size_t)>& task) {
   if (n == 0) return;
@@ -86,19 +105,25 @@ void thread_pool::run(std::size_t n, std::size_t threads,
     for (std::size_t i = 0; i < n; ++i) task(i);
     return;
   }
-  auto j = std::make_shared<job>();
-  j->task = &task;
-  j->n = n;
-  j->helpers = helpers;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(j);
-  }
-  for (std::size_t i = 0; i < helpers; ++i) wake_.notify_one();
-  execute(*j);
-  std::unique_lock<std::mutex> lock(j->done_mutex);
-  j->all_done.wait(lock, [&] { return j->done == j->n; });
-  if (j->failure) std::rethrow_exception(j->failure);
+  ticket t;
+  t.job_ = std::make_shared<job>();
+  t.job_->task = &task;
+  t.job_->n = n;
+  t.job_->helpers = helpers;
+  enqueue(t.job_);
+  t.wait();  // the caller works too
+}
+
+thread_pool::ticket thread_pool::post(std::size_t n, std::size_t threads,
+                                      std::function<void(std::size_t)> task) {
+  ticket t;
+  t.job_ = std::make_shared<job>();
+  t.job_->owned = std::move(task);
+  t.job_->task = &t.job_->owned;
+  t.job_->n = n;
+  t.job_->helpers = std::min({threads > 0 ? threads : 1, n, workers_.size()});
+  if (t.job_->helpers > 0) enqueue(t.job_);
+  return t;
 }
 
 void thread_pool::work() {

@@ -30,11 +30,28 @@ class thread_pool {
   /// counts as one). n == 1 or threads <= 1 runs everything on the calling thread.
   void run(std::size_t n, std::size_t threads, const std::function<void(std::size_t)>& task);
 
+  struct job;
+  /// A job posted to run in the background.
+  class ticket {
+   public:
+    /// Takes the job's remaining tasks on the calling thread, waits for those the workers
+    /// have, and rethrows the first exception a task threw. Later calls return at once.
+    void wait();
+
+   private:
+    friend class thread_pool;
+    std::shared_ptr<job> job_;
+  };
+  /// Starts task(i) for i in [0, n) on up to `threads` workers and returns at once; the
+  /// ticket's wait() finishes the job (on the calling thread alone when there are no
+  /// workers). `task` is owned by the job.
+  ticket post(std::size_t n, std::size_t threads, std::function<void(std::size_t)> task);
+
   std::size_t workers() const { return workers_.size(); }
 
  private:
-  struct job;
   void work();
+  void enqueue(const std::shared_ptr<job>& j);
   static void execute(job& j);
 
   std::mutex mutex_;
