@@ -22,7 +22,7 @@ echo "== ThreadSanitizer: many threads first-accessing one archive, and gatherin
 BUILD_DIR=build-tsan BUILD_TARGET="test_reader test_gather test_dataset" scripts/setup.sh \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_TSAN=ON -DMMNPZ_EXAMPLES=OFF -DMMNPZ_PYTHON=OFF
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_reader -tc="*threads*"
-TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_gather -tc="*many threads gathering*,*every thread count*"
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_gather -tc="*many threads gathering*,*every thread count*,*background gathers*"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_dataset -tc="*many threads*"
 
 echo "== fuzz the reader for a bounded time (libFuzzer, ASan + UBSan)"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "detail/thread_pool.hpp"
@@ -161,10 +162,41 @@ item_layout batch_layout(const dataset& ds, const std::int64_t* indices, std::si
   return want;
 }
 
-void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
-            const excerpt_options& o) {
-  if (fields.empty() || count == 0) return;
+namespace {
+
+// A checked gather, ready to copy: its tasks in read order cut into chunks of about equal
+// bytes. It owns copies of the fields and options that its tasks point to.
+struct plan {
+  std::vector<gather_field> fields;
+  excerpt_options options;
   std::vector<task> tasks;
+  std::vector<std::size_t> bounds;  // chunk c is tasks [bounds[c], bounds[c + 1])
+  std::size_t threads = 1;
+
+  std::size_t chunks() const { return bounds.size() - 1; }
+  void run_chunk(std::size_t c) const {
+    for (std::size_t t = bounds[c]; t < bounds[c + 1]; ++t) {
+      // Start loading the next excerpt while this one is copied: random reads are latency
+      // bound, and the hardware prefetcher only follows a stream once it has begun.
+      if (t + 1 < bounds[c + 1]) {
+        const task& next = tasks[t + 1];
+        const std::uint64_t n = std::min<std::uint64_t>(next.length * next.row_bytes, 4096);
+        for (std::uint64_t off = 0; off < n; off += 64) __builtin_prefetch(next.key + off, 0, 3);
+      }
+      run_task(tasks[t], options);
+    }
+  }
+};
+
+std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const std::int64_t* starts,
+                                std::size_t count, const excerpt_options& o) {
+  auto p = std::make_unique<plan>();
+  p->fields = given;
+  p->options = o;
+  const std::vector<gather_field>& fields = p->fields;
+  std::vector<task>& tasks = p->tasks;
+  p->bounds = {0, 0};
+  if (fields.empty() || count == 0) return p;
   tasks.reserve(fields.size() * count);
   std::uint64_t total_bytes = 0;
   std::vector<std::uint64_t> lengths;  // each field's rows, all checked before anything else
@@ -234,29 +266,67 @@ void gather(const std::vector<gather_field>& fields, const std::int64_t* starts,
 
   // Read in address order (file order within an archive), in chunks of about equal bytes.
   std::sort(tasks.begin(), tasks.end(), [](const task& a, const task& b) { return a.key < b.key; });
-  const std::size_t threads =
-      o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
-  const std::size_t chunks = std::min(tasks.size(), threads == 1 ? 1 : threads * 4);
-  std::vector<std::size_t> bounds{0};
+  p->threads = o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
+  const std::size_t chunks = std::min(tasks.size(), p->threads == 1 ? 1 : p->threads * 4);
+  p->bounds = {0};
   const std::uint64_t per_chunk = total_bytes / chunks + 1;
   std::uint64_t acc = 0;
   for (std::size_t t = 0; t < tasks.size(); ++t) {
     acc += tasks[t].length * tasks[t].row_bytes;
-    if (acc >= per_chunk * bounds.size() && t + 1 < tasks.size()) bounds.push_back(t + 1);
+    if (acc >= per_chunk * p->bounds.size() && t + 1 < tasks.size()) p->bounds.push_back(t + 1);
   }
-  bounds.push_back(tasks.size());
-  detail::thread_pool::shared().run(bounds.size() - 1, threads, [&](std::size_t c) {
-    for (std::size_t t = bounds[c]; t < bounds[c + 1]; ++t) {
-      // Start loading the next excerpt while this one is copied: random reads are latency
-      // bound, and the hardware prefetcher only follows a stream once it has begun.
-      if (t + 1 < bounds[c + 1]) {
-        const task& next = tasks[t + 1];
-        const std::uint64_t n = std::min<std::uint64_t>(next.length * next.row_bytes, 4096);
-        for (std::uint64_t off = 0; off < n; off += 64) __builtin_prefetch(next.key + off, 0, 3);
-      }
-      run_task(tasks[t], o);
+  p->bounds.push_back(tasks.size());
+  return p;
+}
+
+}  // namespace
+
+struct pending_gather::state {
+  std::shared_ptr<const plan> work;
+  detail::thread_pool::ticket ticket;
+};
+
+pending_gather::pending_gather() = default;
+pending_gather::pending_gather(pending_gather&&) noexcept = default;
+pending_gather& pending_gather::operator=(pending_gather&& other) noexcept {
+  if (this != &other) {
+    try {
+      wait();
+    } catch (...) {  // a gather nobody waits for has nobody to report to
     }
-  });
+    s_ = std::move(other.s_);
+  }
+  return *this;
+}
+pending_gather::~pending_gather() {
+  try {
+    wait();
+  } catch (...) {  // as above: the output is never written after this returns
+  }
+}
+
+void pending_gather::wait() {
+  if (!s_) return;
+  const std::unique_ptr<state> s = std::move(s_);
+  s->ticket.wait();
+}
+
+void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
+            const excerpt_options& o) {
+  const std::unique_ptr<plan> p = make_plan(fields, starts, count, o);
+  detail::thread_pool::shared().run(p->chunks(), p->threads,
+                                    [&](std::size_t c) { p->run_chunk(c); });
+}
+
+pending_gather gather_async(const std::vector<gather_field>& fields, const std::int64_t* starts,
+                            std::size_t count, const excerpt_options& o) {
+  std::shared_ptr<const plan> p = make_plan(fields, starts, count, o);
+  pending_gather pending;
+  pending.s_ = std::make_unique<pending_gather::state>();
+  pending.s_->ticket = detail::thread_pool::shared().post(p->chunks(), p->threads,
+                                                          [p](std::size_t c) { p->run_chunk(c); });
+  pending.s_->work = std::move(p);
+  return pending;
 }
 
 void gather(const dataset& source, const std::int64_t* indices, const std::int64_t* starts,

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -293,5 +294,57 @@ TEST_SUITE("gather") {
     REQUIRE(::waitpid(child, &status, 0) == child);
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
+  }
+}
+
+TEST_SUITE("gather") {
+  TEST_CASE("background gathers fill their outputs by wait() and check everything up front") {
+    std::vector<std::size_t> frames;
+    for (std::size_t k = 0; k < 100; ++k) frames.push_back(20 + k);
+    const auto ds = make("g_async.npz", frames);
+    std::mt19937 rng(3);
+    constexpr int batches = 8;
+    std::vector<std::vector<std::int64_t>> idx(batches), start(batches);
+    std::vector<std::vector<float>> out(batches);
+    std::vector<mmnpz::pending_gather> pending;
+    mmnpz::excerpt_options o;
+    o.length = 20;
+    for (int b = 0; b < batches; ++b) {
+      for (int k = 0; k < 16; ++k) {
+        idx[b].push_back(rng() % 100);
+        start[b].push_back(rng() % (frames[idx[b].back()] - 20 + 1));
+      }
+      out[b].assign(16 * 20 * bins, -1.0f);
+      o.threads = 1 + b % 2;
+      pending.push_back(mmnpz::gather_async(
+          {mmnpz::gather_field{&ds, idx[b].data(), 1, 1,
+                               reinterpret_cast<std::byte*>(out[b].data()), out[b].size() * 4}},
+          start[b].data(), 16, o));
+    }
+    for (int b = batches; b-- > 0;) {  // waited for in any order
+      pending[b].wait();
+      pending[b].wait();  // a second wait returns at once
+      CHECK(out[b] == expected(ds, idx[b], start[b], 20, mmnpz::pad_mode::none));
+    }
+    // A request that cannot be met throws before anything runs.
+    std::vector<std::int64_t> bad{0, 100};
+    std::vector<float> untouched(2 * 20 * bins, -1.0f);
+    CHECK_THROWS_AS(
+        mmnpz::gather_async({mmnpz::gather_field{&ds, bad.data(), 1, 1,
+                                                 reinterpret_cast<std::byte*>(untouched.data()),
+                                                 untouched.size() * 4}},
+                            start[0].data(), 2, o),
+        mmnpz::error);
+    CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == -1.0f; }));
+    {  // Destroying a pending gather waits for it.
+      std::vector<float> last(16 * 20 * bins, -1.0f);
+      {
+        auto p = mmnpz::gather_async(
+            {mmnpz::gather_field{&ds, idx[0].data(), 1, 1,
+                                 reinterpret_cast<std::byte*>(last.data()), last.size() * 4}},
+            start[0].data(), 16, o);
+      }
+      CHECK(last == expected(ds, idx[0], start[0], 20, mmnpz::pad_mode::none));
+    }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mmnpz/dataset.hpp"
@@ -63,6 +64,34 @@ item_layout batch_layout(const dataset& source, const std::int64_t* indices, std
 /// is taken and nothing is allocated per item. Safe to call from many threads at once.
 void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
             const excerpt_options& options);
+
+/// A gather running in the background (see gather_async). Move-only.
+class pending_gather {
+ public:
+  pending_gather();
+  pending_gather(pending_gather&&) noexcept;
+  pending_gather& operator=(pending_gather&&) noexcept;
+  /// Waits for the copy to end (an error it raised is dropped): the outputs are never
+  /// written after a pending_gather is gone.
+  ~pending_gather();
+  /// Helps with the copying on the calling thread until every excerpt is in place. Copying
+  /// itself raises nothing (every check was made by gather_async); later calls return at once.
+  void wait();
+
+  struct state;
+
+ private:
+  friend pending_gather gather_async(const std::vector<gather_field>&, const std::int64_t*,
+                                     std::size_t, const excerpt_options&);
+  std::unique_ptr<state> s_;
+};
+
+/// gather() in the background: checks everything and throws as gather() does, then returns
+/// while the shared pool's workers copy (up to options.threads of them; on a machine with
+/// one core, wait() does the copying). `indices` and `starts` may be reused at once; the
+/// datasets and the outputs must stay alive and untouched until wait() returns.
+pending_gather gather_async(const std::vector<gather_field>& fields, const std::int64_t* starts,
+                            std::size_t count, const excerpt_options& options);
 
 /// Single-field gather into a C-contiguous (count, length, *trailing) buffer.
 void gather(const dataset& source, const std::int64_t* indices, const std::int64_t* starts,
