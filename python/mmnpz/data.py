@@ -15,9 +15,7 @@ Python object per item.
 import collections
 import fractions
 import os
-import queue
 import sys
-import threading
 
 import numpy as np
 
@@ -268,6 +266,14 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     Returns one array per field (and, with ``valid=True``, one valid-rows array per field).
     See Dataset.gather for the rest.
     """
+    specs, starts, results, valids = _prepare(fields, starts, length, outs, pad, fill, valid)
+    _mmnpz.gather(specs, starts, length, pad, b"", threads)  # everything checked, then copied
+    return (results, valids) if valid else results
+
+
+def _prepare(fields, starts, length, outs, pad, fill, valid):
+    """gather_fields' arguments checked and converted for _mmnpz.gather[_async], with the
+    output arrays (new where ``outs`` has None) and valid-rows arrays (None unless ``valid``)."""
     if pad not in _PADS:
         raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
     starts = _int64_vector(starts, "starts")
@@ -295,8 +301,7 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
         specs.append((ds._d, indices, r.numerator, r.denominator, out, v, fill_bytes))
         results.append(out)
         valids.append(v)
-    _mmnpz.gather(specs, starts, length, pad, b"", threads)  # everything checked, then copied
-    return (results, valids) if valid else results
+    return specs, starts, results, valids
 
 
 _KINDS = ("sequential", "shuffle", "replacement", "sliding", "weighted")
@@ -386,7 +391,8 @@ class Loader:
     ``sampler``; a last partial batch is left out with ``drop_last=True``. ``fields`` adds
     aligned datasets as ``(dataset, rate)`` pairs gathered with the same indices and windows
     (see gather_fields). ``epochs``: how many epochs to run (None: endlessly). ``prefetch``
-    batches are gathered ahead on a background thread (0: in the caller). ``state_dict()``
+    batches beyond the next are gathered ahead, in the background on the C++ thread pool
+    (no Python thread: the GIL is not needed), while the caller uses the current one. ``state_dict()``
     after a batch says where the next one begins; a Loader given that state with
     ``load_state_dict`` yields exactly the batches that would have followed.
 
@@ -421,8 +427,6 @@ class Loader:
                 self._layouts.append(layouts[0] + (int(rows),))
             else:
                 self._layouts.append(None)
-        if len(self.fields) == 1:
-            self._make = self._make_one
         per_rank = len(sampler)
         self.batches_per_epoch = (per_rank // self.batch_size if drop_last
                                   else -(-per_rank // self.batch_size))
@@ -481,27 +485,19 @@ class Loader:
             self._spares.append(fresh)
         return fresh
 
-    def _make(self, epoch, position, count):
+    def _start(self, epoch, position, count):
+        """Samples a batch and starts gathering it on the C++ pool: (batch, pending)."""
         indices, starts = self.sampler.sample(epoch, position, count)
         outs = [self._buffer(f, count) for f in range(len(self.fields))]
-        data, valid = gather_fields([(d, indices, r) for d, r in self.fields], starts,
-                                    self.length, outs=outs, pad=self.pad, fill=self.fill,
-                                    threads=self.threads, valid=True)
+        specs, starts, data, valid = _prepare([(d, indices, r) for d, r in self.fields], starts,
+                                              self.length, outs, self.pad, self.fill, True)
         del outs
+        pending = _mmnpz.gather_async(specs, starts, self.length, self.pad, b"", self.threads)
         if len(self.fields) == 1:
             data, valid = data[0], valid[0]
         else:
             data, valid = tuple(data), tuple(valid)
-        return Batch(data, indices, starts, valid, epoch, position)
-
-    def _make_one(self, epoch, position, count):
-        """_make for a single field: Dataset.gather's shorter path (this runs per batch)."""
-        indices, starts = self.sampler.sample(epoch, position, count)
-        out = self._buffer(0, count)
-        data, valid = self.dataset.gather(indices, starts, self.length, out=out, pad=self.pad,
-                                          fill=self.fill, threads=self.threads, valid=True)
-        del out
-        return Batch(data, indices, starts, valid, epoch, position)
+        return Batch(data, indices, starts, valid, epoch, position), pending
 
     def _advance(self, batch):
         self.epoch, self.position = batch.epoch, batch.position + len(batch.indices)
@@ -510,44 +506,27 @@ class Loader:
             self.epoch, self.position = self.epoch + 1, 0
 
     def __iter__(self):
-        if self.prefetch <= 0:
-            for job in self._schedule():
-                batch = self._make(*job)
-                self._advance(batch)
-                yield batch
-            return
-        ready = queue.Queue(maxsize=self.prefetch)
-        stop = threading.Event()
-
-        def hand_over(item):  # False once the consumer has gone
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    pass
-            return False
-
-        def produce():
-            try:
-                for job in self._schedule():
-                    if not hand_over(self._make(*job)):
-                        return
-                hand_over(None)
-            except BaseException as e:  # handed to the consumer, raised there
-                hand_over(e)
-
-        worker = threading.Thread(target=produce, name="mmnpz-loader", daemon=True)
-        worker.start()
+        # The batch to yield next and `prefetch` more are being gathered by the C++ pool's
+        # workers while the caller works; waiting for one lends a hand with it.
+        jobs = self._schedule()
+        window = collections.deque()  # (batch, pending) or (exception, None), in order
         try:
             while True:
-                item = ready.get()
-                if item is None:
+                while len(window) <= self.prefetch and not (window and window[-1][1] is None):
+                    job = next(jobs, None)
+                    if job is None:
+                        break
+                    try:
+                        window.append(self._start(*job))
+                    except Exception as e:  # raised in its turn, after the batches before it
+                        window.append((e, None))
+                if not window:
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                self._advance(item)
-                yield item
+                batch, pending = window.popleft()
+                if pending is None:
+                    raise batch
+                pending.wait()
+                self._advance(batch)
+                yield batch
         finally:
-            stop.set()
-            worker.join()
+            window.clear()  # a pending gather waits for its copy when dropped

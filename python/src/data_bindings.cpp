@@ -57,6 +57,79 @@ mmnpz::pad_mode pad_of(const std::string& p) {
   throw py::value_error("pad must be 'none', 'fill' or 'wrap', not '" + p + "'");
 }
 
+// The arguments of gather / gather_async, checked, with the Python objects they point into.
+// fields: [(dataset, indices, rate_num, rate_den, out, valid or None, fill bytes)].
+struct gather_request {
+  gather_request(const py::list& given, const i64_array& starts_, std::uint64_t length,
+                 const std::string& pad, const py::bytes& fill, std::size_t threads)
+      : starts(starts_), keep(given) {
+    indices.reserve(given.size());
+    for (const auto& item : given) {
+      const auto t = item.cast<py::tuple>();
+      mmnpz::gather_field f;
+      f.source = &t[0].cast<const mmnpz::dataset&>();
+      indices.push_back(t[1].cast<i64_array>());
+      if (indices.back().size() != starts.size()) {
+        throw py::value_error("there are " + std::to_string(indices.back().size()) +
+                              " indices but " + std::to_string(starts.size()) + " starts");
+      }
+      f.indices = indices.back().data();
+      f.rate_num = t[2].cast<std::uint64_t>();
+      f.rate_den = t[3].cast<std::uint64_t>();
+      auto out = t[4].cast<py::array>();
+      f.out = writable_bytes(out, "out");
+      f.out_bytes = static_cast<std::uint64_t>(out.nbytes());
+      if (!t[5].is_none()) {
+        auto valid = t[5].cast<py::array>();
+        if (!valid.dtype().is(py::dtype::of<std::int64_t>()) || valid.ndim() != 1 ||
+            valid.size() != starts.size()) {
+          throw py::value_error("valid must be an int64 array with one entry per excerpt");
+        }
+        f.valid = reinterpret_cast<std::int64_t*>(writable_bytes(valid, "valid"));
+      }
+      const std::string field_fill = t.size() > 6 ? std::string(t[6].cast<py::bytes>()) : "";
+      f.fill.resize(field_fill.size());
+      std::memcpy(f.fill.data(), field_fill.data(), field_fill.size());
+      fields.push_back(f);
+    }
+    options.length = length;
+    options.pad = pad_of(pad);
+    const std::string fill_bytes = fill;
+    options.fill.resize(fill_bytes.size());
+    std::memcpy(options.fill.data(), fill_bytes.data(), fill_bytes.size());
+    options.threads = threads;
+  }
+
+  i64_array starts;
+  py::list keep;                   // the datasets and outputs, alive while a copy may run
+  std::vector<i64_array> indices;  // converted to int64
+  std::vector<mmnpz::gather_field> fields;
+  mmnpz::excerpt_options options;
+};
+
+// A background gather and what it writes into; destroying it waits (without the GIL).
+struct pending {
+  template <class... Args>
+  explicit pending(Args&&... args) : request(std::forward<Args>(args)...) {}
+  pending(const pending&) = delete;
+  pending& operator=(const pending&) = delete;
+  ~pending() {
+    py::gil_scoped_release nogil;
+    running = mmnpz::pending_gather();  // waits
+  }
+  void start() {  // without the GIL
+    running = mmnpz::gather_async(request.fields, request.starts.data(),
+                                  static_cast<std::size_t>(request.starts.size()), request.options);
+  }
+  void wait() {
+    py::gil_scoped_release nogil;
+    running.wait();
+  }
+
+  gather_request request;
+  mmnpz::pending_gather running;
+};
+
 }  // namespace
 
 void bind_data(py::module_& m) {
@@ -113,52 +186,28 @@ void bind_data(py::module_& m) {
       "gather",
       [](const py::list& fields, const i64_array& starts, std::uint64_t length,
          const std::string& pad, const py::bytes& fill, std::size_t threads) {
-        // fields: [(dataset, indices, rate_num, rate_den, out, valid or None[, fill bytes])]
-        std::vector<mmnpz::gather_field> fs;
-        std::vector<i64_array> keep;  // indices converted to int64, alive until the end
-        keep.reserve(fields.size());
-        for (const auto& item : fields) {
-          const auto t = item.cast<py::tuple>();
-          mmnpz::gather_field f;
-          f.source = &t[0].cast<const mmnpz::dataset&>();
-          keep.push_back(t[1].cast<i64_array>());
-          if (static_cast<std::size_t>(keep.back().size()) !=
-              static_cast<std::size_t>(starts.size())) {
-            throw py::value_error("there are " + std::to_string(keep.back().size()) +
-                                  " indices but " + std::to_string(starts.size()) + " starts");
-          }
-          f.indices = keep.back().data();
-          f.rate_num = t[2].cast<std::uint64_t>();
-          f.rate_den = t[3].cast<std::uint64_t>();
-          auto out = t[4].cast<py::array>();
-          f.out = writable_bytes(out, "out");
-          f.out_bytes = static_cast<std::uint64_t>(out.nbytes());
-          if (!t[5].is_none()) {
-            auto valid = t[5].cast<py::array_t<std::int64_t>>();
-            if (static_cast<std::size_t>(valid.size()) != static_cast<std::size_t>(starts.size())) {
-              throw py::value_error("valid must have one entry per excerpt");
-            }
-            f.valid = valid.mutable_data();
-          }
-          if (t.size() > 6) {
-            const std::string field_fill = t[6].cast<py::bytes>();
-            f.fill.resize(field_fill.size());
-            std::memcpy(f.fill.data(), field_fill.data(), field_fill.size());
-          }
-          fs.push_back(f);
-        }
-        mmnpz::excerpt_options o;
-        o.length = length;
-        o.pad = pad_of(pad);
-        const std::string fill_bytes = fill;
-        o.fill.resize(fill_bytes.size());
-        std::memcpy(o.fill.data(), fill_bytes.data(), fill_bytes.size());
-        o.threads = threads;
+        const gather_request r(fields, starts, length, pad, fill, threads);
         py::gil_scoped_release nogil;
-        mmnpz::gather(fs, starts.data(), static_cast<std::size_t>(starts.size()), o);
+        mmnpz::gather(r.fields, r.starts.data(), static_cast<std::size_t>(r.starts.size()),
+                      r.options);
       },
       py::arg("fields"), py::arg("starts"), py::arg("length"), py::arg("pad"), py::arg("fill"),
       py::arg("threads"), R"(Fills each field's out array; see mmnpz::gather.)");
+
+  py::class_<pending>(m, "PendingGather", R"(A gather running in the background.)")
+      .def("wait", &pending::wait, R"(Returns once every excerpt is copied (without the GIL).)");
+  m.def(
+      "gather_async",
+      [](const py::list& fields, const i64_array& starts, std::uint64_t length,
+         const std::string& pad, const py::bytes& fill, std::size_t threads) {
+        auto p = std::make_unique<pending>(fields, starts, length, pad, fill, threads);
+        py::gil_scoped_release nogil;
+        p->start();
+        return p;
+      },
+      py::arg("fields"), py::arg("starts"), py::arg("length"), py::arg("pad"), py::arg("fill"),
+      py::arg("threads"),
+      R"(Checks like gather, then copies in the background; returns a PendingGather.)");
 
   py::class_<mmnpz::sampler>(m, "Sampler", R"(A deterministic sample stream (see mmnpz::sampler).)")
       .def(py::init([](const i64_array& lengths, const std::string& kind, std::uint64_t seed,
