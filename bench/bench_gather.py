@@ -12,8 +12,9 @@ for every method) with the page cache warm:
   mmnpz Loader              the loader (sampler + gather on 2 threads + batch handling),
                             in the caller (prefetch 0) and with a background thread
                             (prefetch 4), for its overhead against the raw gather
-  memcpy bound              the same bytes copied from a large buffer in DRAM into a batch
-                            array, one contiguous copy per batch (numpy.copyto = memcpy)
+  memcpy, 1 and 2 threads   the physical bound: the same bytes copied from a large buffer in
+                            DRAM into a batch array, one contiguous copy per batch (or two
+                            halves on two threads; numpy.copyto = memcpy)
 
 and prints excerpts/s, GB/s and the ratios the project targets.
 
@@ -22,6 +23,7 @@ and prints excerpts/s, GB/s and the ratios the project targets.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import sys
@@ -32,6 +34,7 @@ import numpy as np
 import mmnpz
 
 BINS = 80
+ROUNDS = 3
 
 
 def frames_of(i):
@@ -152,6 +155,19 @@ def run_length(ds, names, npy, total, L, B, seconds):
         np.copyto(flat[:n], source[cursor[0]:cursor[0] + n])
         cursor[0] += n
 
+    copiers = concurrent.futures.ThreadPoolExecutor(2)  # numpy copies without the GIL
+
+    def memcpy2(b):
+        n = len(b[0]) * excerpt_bytes
+        if cursor[0] + n > source.size:
+            cursor[0] = 0
+        half, at = n // 2, cursor[0]
+        done = [copiers.submit(np.copyto, flat[lo:hi], source[at + lo:at + hi])
+                for lo, hi in ((0, half), (half, n))]
+        for d in done:
+            d.result()
+        cursor[0] += n
+
     loader_state = {}
 
     def loader_rate(seconds, prefetch):
@@ -167,27 +183,31 @@ def run_length(ds, names, npy, total, L, B, seconds):
         return done / (time.perf_counter() - t0)
 
     few = [(b[0][:16], b[1][:16]) for b in batches[:20]]  # the slow baselines, fewer excerpts
-    results = {}
-    for label, run, work in [
-        ("np.load on the npz", numpy_npz, few),
-        (".npy mmap per member", numpy_npy, batches),
-        ("Python loop, mmnpz views", python_loop, batches),
-        ("mmnpz gather, 1 thread", gather(1), batches),
-        ("mmnpz gather, 2 threads", gather(2), batches),
-        ("memcpy bound", memcpy, batches),
-    ]:
-        results[label] = timed(run, work, seconds)
-        print(f"  {label:26s} {results[label]:12,.0f} excerpts/s "
-              f"{results[label] * excerpt_bytes / 1e9:7.2f} GB/s", flush=True)
-    for prefetch in (0, 4):
-        label = f"mmnpz Loader, prefetch {prefetch}"
-        results[label] = loader_rate(seconds, prefetch)
+    methods = [
+        ("np.load on the npz", lambda t: timed(numpy_npz, few, t)),
+        (".npy mmap per member", lambda t: timed(numpy_npy, batches, t)),
+        ("Python loop, mmnpz views", lambda t: timed(python_loop, batches, t)),
+        ("mmnpz gather, 1 thread", lambda t: timed(gather(1), batches, t)),
+        ("mmnpz gather, 2 threads", lambda t: timed(gather(2), batches, t)),
+        ("memcpy, 1 thread", lambda t: timed(memcpy, batches, t)),
+        ("memcpy, 2 threads", lambda t: timed(memcpy2, batches, t)),
+        ("mmnpz Loader, prefetch 0", lambda t: loader_rate(t, 0)),
+        ("mmnpz Loader, prefetch 4", lambda t: loader_rate(t, 4)),
+    ]
+    # Rounds over all methods, best of each: load on a shared machine drifts, and this way
+    # every method sees the same conditions.
+    results = {label: 0.0 for label, _ in methods}
+    for _ in range(ROUNDS):
+        for label, measure in methods:
+            results[label] = max(results[label], measure(seconds / ROUNDS))
+    for label, _ in methods:
         print(f"  {label:26s} {results[label]:12,.0f} excerpts/s "
               f"{results[label] * excerpt_bytes / 1e9:7.2f} GB/s")
 
     best = max(results["mmnpz gather, 1 thread"], results["mmnpz gather, 2 threads"])
-    print(f"gather (best of 1 and 2 threads) / memcpy bound:  "
-          f"{best / results['memcpy bound']:6.1%}   [target >= 50%]")
+    bound = max(results["memcpy, 1 thread"], results["memcpy, 2 threads"])
+    print(f"gather / memcpy bound (best of 1 and 2 threads each): "
+          f"{best / bound:6.1%}   [target >= 50%]")
     print(f"gather / np.load on the npz:                      "
           f"{best / results['np.load on the npz']:6.0f}x  [target >= 100x]")
     print(f"gather / Python loop over mmnpz views:            "
