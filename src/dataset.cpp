@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "detail/names.hpp"
 #include "detail/thread_pool.hpp"
 #include "mmnpz/npy.hpp"
 
@@ -109,8 +110,7 @@ shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& 
   for (std::size_t m = 0; m < r.size(); ++m) {
     const member_info& info = r.member(m);
     if (r.find(info.name) != m) continue;  // shadowed by a later member of the same name
-    std::string_view key = info.name;
-    if (key.size() > 4 && key.substr(key.size() - 4) == ".npy") key.remove_suffix(4);
+    const std::string_view key = detail::stem(info.name);
     if (!select.empty() && ::fnmatch(select.c_str(), std::string(key).c_str(), 0) != 0) continue;
     dataset_item it;
     npy_header h;
@@ -245,9 +245,7 @@ array_view dataset::array(std::size_t i) const {
 
 std::string_view dataset::name(std::size_t i) const {
   const auto& it = item(i);
-  std::string_view key = s_->readers[it.shard].member(it.member).name;
-  if (key.size() > 4 && key.substr(key.size() - 4) == ".npy") key.remove_suffix(4);
-  return key;
+  return detail::stem(s_->readers[it.shard].member(it.member).name);
 }
 
 std::optional<std::size_t> dataset::find(std::string_view key) const {
@@ -256,9 +254,7 @@ std::optional<std::size_t> dataset::find(std::string_view key) const {
     for (std::size_t i = 0; i < s_->items.size(); ++i) s_->names.emplace(name(i), i);
   });
   auto it = s_->names.find(key);
-  if (it == s_->names.end() && key.size() > 4 && key.substr(key.size() - 4) == ".npy") {
-    it = s_->names.find(key.substr(0, key.size() - 4));
-  }
+  if (it == s_->names.end() && detail::stem(key) != key) it = s_->names.find(detail::stem(key));
   if (it == s_->names.end()) return std::nullopt;
   return it->second;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "detail/py_literal.hpp"
 #include "detail/thread_pool.hpp"
 
 namespace mmnpz {
@@ -13,15 +14,6 @@ namespace {
 __extension__ typedef unsigned __int128 u128;  // exact products of two 64-bit values
 
 using detail::dataset_item;
-
-std::string shape_str(const std::vector<std::uint64_t>& trailing) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < trailing.size(); ++i) {
-    s += std::to_string(trailing[i]);
-    s += trailing.size() == 1 ? "," : (i + 1 < trailing.size() ? ", " : "");
-  }
-  return s + ")";
-}
 
 error item_error(const dataset& ds, std::size_t i, errc code, const std::string& detail) {
   const reader& r = ds.shard(ds.shard_of(i));
@@ -47,8 +39,8 @@ void check_layout(const dataset& ds, std::size_t i, const item_layout& want) {
   }
   if (l.trailing != want.trailing) {
     throw item_error(ds, i, errc::invalid_argument,
-                     "has trailing shape " + shape_str(l.trailing) + " but the batch has " +
-                         shape_str(want.trailing));
+                     "has trailing shape " + detail::shape_literal(l.trailing) +
+                         " but the batch has " + detail::shape_literal(want.trailing));
   }
 }
 

@@ -11,6 +11,7 @@
 #include "detail/byte_reader.hpp"
 #include "detail/crc32.hpp"
 #include "detail/mapped_file.hpp"
+#include "detail/names.hpp"
 #include "detail/zip_directory.hpp"
 #include "detail/zip_format.hpp"
 #include "mmnpz/npy.hpp"
@@ -27,12 +28,6 @@ std::uint64_t fnv1a(std::string_view s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   return h ^ (h >> 29);
-}
-
-std::string_view stem(std::string_view name) {
-  return name.size() >= 4 && name.substr(name.size() - 4) == ".npy"
-             ? name.substr(0, name.size() - 4)
-             : name;
 }
 
 // Open addressing over member names, hashed by their stem (the name without ".npy"), so that
@@ -518,9 +513,7 @@ std::vector<std::string> reader::names() const {
   std::vector<std::string> out;
   out.reserve(size());
   for (const auto& m : a_->dir().members) {
-    std::string_view n = m.name;
-    if (n.size() >= 4 && n.substr(n.size() - 4) == ".npy") n.remove_suffix(4);
-    out.emplace_back(n);
+    out.emplace_back(detail::stem(m.name));
   }
   return out;
 }
