@@ -2,12 +2,12 @@
 
 /// Umbrella header for the core (without xtensor; see mmnpz/xtensor.hpp).
 #include "mmnpz/array_view.hpp"
-#include "mmnpz/dataset.hpp"
+#include "mmnpz/data/dataset.hpp"
 #include "mmnpz/dtype.hpp"
 #include "mmnpz/error.hpp"
-#include "mmnpz/gather.hpp"
+#include "mmnpz/data/gather.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
-#include "mmnpz/sampler.hpp"
+#include "mmnpz/data/sampler.hpp"
 #include "mmnpz/version.hpp"
 #include "mmnpz/writer.hpp"

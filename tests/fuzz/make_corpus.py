@@ -26,7 +26,7 @@ import zlib
 import numpy as np
 
 # The fixture generator's helpers: the same .npy and ZIP building blocks.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
 from make_fixtures import NPY_MAGIC, FIXED_DATE, Unseekable, npy_bytes, raw_npy, zinfo  # noqa: E402
 
 DOS_TIME = (3 << 11) | (4 << 5) | (6 // 2)

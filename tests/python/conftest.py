@@ -5,7 +5,7 @@ type, dtype (byte order included), shape, memory order and bit-identical values 
 field for structured dtypes, whose padding numpy leaves uninitialised).
 
 Environment (set by CTest): PYTHONPATH=<build>/python, where the built package lives, and
-MMNPZ_FIXTURES=<build>/tests/fixtures, the archives written by tests/data/make_fixtures.py
+MMNPZ_FIXTURES=<build>/tests/fixtures, the archives written by tests/fixtures/make_fixtures.py
 (tests that need them are skipped when it is unset).
 """
 
@@ -69,7 +69,7 @@ def fixtures_dir():
     """MMNPZ_FIXTURES (holding good/ and manifest.tsv); skips when it is not set."""
     path = os.environ.get("MMNPZ_FIXTURES")
     if not path or not os.path.isdir(os.path.join(path, "good")):
-        pytest.skip("MMNPZ_FIXTURES is not set to the output of tests/data/make_fixtures.py")
+        pytest.skip("MMNPZ_FIXTURES is not set to the output of tests/fixtures/make_fixtures.py")
     return path
 
 

@@ -17,7 +17,7 @@ import mmnpz
 
 # The fixture generator's way of opening its archives (np.load takes a leading stub for a
 # pickle; NpzFile is what it uses for a real .npz).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
 from make_fixtures import open_npz  # noqa: E402
 
 GOOD = os.path.join(os.environ.get("MMNPZ_FIXTURES", ""), "good")

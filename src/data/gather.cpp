@@ -1,12 +1,12 @@
-#include "mmnpz/gather.hpp"
+#include "mmnpz/data/gather.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
 
-#include "detail/py_literal.hpp"
-#include "detail/thread_pool.hpp"
+#include "npz/py_literal.hpp"
+#include "data/thread_pool.hpp"
 
 namespace mmnpz {
 namespace {

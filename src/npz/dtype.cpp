@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "detail/py_literal.hpp"
+#include "npz/py_literal.hpp"
 
 namespace mmnpz {
 namespace {

@@ -1,4 +1,4 @@
-#include "mmnpz/dataset.hpp"
+#include "mmnpz/data/dataset.hpp"
 
 #include <fnmatch.h>
 #include <glob.h>
@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "detail/names.hpp"
-#include "detail/thread_pool.hpp"
+#include "data/thread_pool.hpp"
 #include "mmnpz/npy.hpp"
 
 namespace mmnpz {

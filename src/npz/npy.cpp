@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "detail/byte_reader.hpp"
-#include "detail/py_literal.hpp"
+#include "npz/py_literal.hpp"
 #include "detail/utf8.hpp"
 
 namespace mmnpz {

@@ -1,4 +1,4 @@
-#include "mmnpz/sampler.hpp"
+#include "mmnpz/data/sampler.hpp"
 
 #include <algorithm>
 #include <string>

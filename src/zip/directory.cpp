@@ -1,4 +1,4 @@
-#include "detail/zip_directory.hpp"
+#include "zip/directory.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "detail/byte_reader.hpp"
 #include "detail/utf8.hpp"
-#include "detail/zip_format.hpp"
+#include "zip/format.hpp"
 
 namespace mmnpz::detail {
 namespace {

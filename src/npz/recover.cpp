@@ -7,11 +7,11 @@
 #include <cstring>
 
 #include "detail/byte_reader.hpp"
-#include "detail/crc32.hpp"
+#include "zip/crc32.hpp"
 #include "detail/mapped_file.hpp"
-#include "detail/zip_directory.hpp"
-#include "detail/zip_format.hpp"
-#include "detail/zip_writer.hpp"
+#include "zip/directory.hpp"
+#include "zip/format.hpp"
+#include "zip/records.hpp"
 #include "mmnpz/writer.hpp"
 
 namespace mmnpz {

@@ -13,12 +13,12 @@
 #include <unordered_set>
 
 #include "detail/byte_reader.hpp"
-#include "detail/crc32.hpp"
+#include "zip/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/utf8.hpp"
-#include "detail/zip_directory.hpp"
-#include "detail/zip_format.hpp"
-#include "detail/zip_writer.hpp"
+#include "zip/directory.hpp"
+#include "zip/format.hpp"
+#include "zip/records.hpp"
 #include "mmnpz/npy.hpp"
 
 namespace mmnpz {

@@ -1,11 +1,11 @@
-#include "detail/zip_writer.hpp"
+#include "zip/records.hpp"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <ctime>
 
-#include "detail/zip_format.hpp"
+#include "zip/format.hpp"
 #include "mmnpz/error.hpp"
 
 namespace mmnpz::detail {

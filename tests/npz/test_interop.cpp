@@ -1,4 +1,4 @@
-// mmnpz against numpy: every record of the manifest that tests/data/make_fixtures.py writes
+// mmnpz against numpy: every record of the manifest that tests/fixtures/make_fixtures.py writes
 // (what numpy 1.24 itself loads from each fixture) must be what mmnpz::reader reports.
 
 #include <doctest/doctest.h>

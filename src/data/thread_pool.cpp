@@ -1,4 +1,4 @@
-#include "detail/thread_pool.hpp"
+#include "data/thread_pool.hpp"
 
 #include <pthread.h>
 

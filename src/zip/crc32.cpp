@@ -1,4 +1,4 @@
-#include "detail/crc32.hpp"
+#include "zip/crc32.hpp"
 
 #include <zlib.h>
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "mmnpz/dataset.hpp"
+#include "mmnpz/data/dataset.hpp"
 
 namespace mmnpz {
 

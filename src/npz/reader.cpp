@@ -9,11 +9,11 @@
 #include <mutex>
 
 #include "detail/byte_reader.hpp"
-#include "detail/crc32.hpp"
+#include "zip/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
-#include "detail/zip_directory.hpp"
-#include "detail/zip_format.hpp"
+#include "zip/directory.hpp"
+#include "zip/format.hpp"
 #include "mmnpz/npy.hpp"
 
 namespace mmnpz {

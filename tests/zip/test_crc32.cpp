@@ -3,7 +3,7 @@
 #include <random>
 #include <vector>
 
-#include "detail/crc32.hpp"
+#include "zip/crc32.hpp"
 
 TEST_SUITE("crc32") {
   TEST_CASE("equals zlib's CRC-32 for every length, offset and starting value") {
