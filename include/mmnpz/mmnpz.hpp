@@ -5,6 +5,7 @@
 #include "mmnpz/data/dataset.hpp"
 #include "mmnpz/dtype.hpp"
 #include "mmnpz/error.hpp"
+#include "mmnpz/member_info.hpp"
 #include "mmnpz/data/gather.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"

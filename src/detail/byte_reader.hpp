@@ -31,8 +31,12 @@ class byte_reader {
       : p_(data), n_(size), pos_(0), base_(file_offset), ctx_(ctx), code_(code) {}
 
   std::uint64_t offset() const { return base_ + pos_; }
+  const context& ctx() const { return ctx_; }
+  errc code() const { return code_; }
   std::uint64_t remaining() const { return n_ - pos_; }
   bool empty() const { return pos_ == n_; }
+  /// The next unread byte (remaining() of them may be read).
+  const std::byte* here() const { return p_ + pos_; }
 
   std::uint8_t u8() { return static_cast<std::uint8_t>(*take(1)); }
   std::uint16_t le16() { return static_cast<std::uint16_t>(le(2)); }
@@ -65,7 +69,6 @@ class byte_reader {
          std::to_string(remaining()) + " remain");
   }
 
- public:
  private:
   std::uint64_t le(unsigned bytes) {
     const std::byte* b = take(bytes, "field");

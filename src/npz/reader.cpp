@@ -14,6 +14,7 @@
 #include "detail/names.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
+#include "zip/records.hpp"
 #include "mmnpz/npy.hpp"
 
 namespace mmnpz {
@@ -133,7 +134,7 @@ struct decoded {
 class archive {
  public:
   archive(std::string path, mapped_bytes bytes) : path_(std::move(path)), bytes_(std::move(bytes)) {
-    dir_ = read_directory(bytes_.data, bytes_.size, path_);
+    dir_ = zip::read_directory(bytes_.data, bytes_.size, path_);
     names_.build(dir_.members);
     slots_.reset(new std::atomic<const decoded*>[dir_.members.size()]());
   }
@@ -144,7 +145,7 @@ class archive {
   }
 
   const std::string& path() const { return path_; }
-  const directory& dir() const { return dir_; }
+  const zip::directory& dir() const { return dir_; }
   const mapped_bytes& file() const { return bytes_; }
 
   const member_info& member(std::size_t index) const {
@@ -317,25 +318,15 @@ class archive {
     // Members precede the central directory: the local header is read within that bound.
     byte_reader r(bytes_.data + m.local_header_offset, dir_.cd_offset - m.local_header_offset,
                   m.local_header_offset, ctx, errc::corrupt_zip);
-    if (r.le32() != zip::local_header_sig) {
-      r.fail_at(m.local_header_offset, "bad local header signature");
-    }
-    r.skip(2, "local header");  // version needed
-    const std::uint16_t local_flags = r.le16();
-    r.skip(18, "local header");  // method, time, date, crc, sizes: the directory's are used
-    const std::uint16_t name_len = r.le16();
-    const std::uint16_t extra_len = r.le16();
-    const std::uint64_t name_offset = r.offset();
-    const std::string_view raw_name = r.take_str(name_len, "local header name");
+    const zip::local_header h = zip::parse_local_header(r);
     std::string converted;
     const std::string_view local_name =
-        cp437_to_utf8(raw_name, local_flags, converted) ? std::string_view(converted) : raw_name;
+        zip::cp437_to_utf8(h.name, h.flags, converted) ? std::string_view(converted) : h.name;
     if (local_name != m.name) {
-      r.fail_at(name_offset, "the local header names it '" + std::string(local_name) + "'");
+      r.fail_at(h.name_offset, "the local header names it '" + std::string(local_name) + "'");
     }
-    r.skip(extra_len, "local header extra field");
     located at;
-    at.offset = r.offset();
+    at.offset = h.data_offset;
     if (m.compressed_size > r.remaining()) {
       r.fail("data [" + std::to_string(at.offset) + ", " +
              std::to_string(at.offset + m.compressed_size) +
@@ -475,7 +466,7 @@ class archive {
 
   std::string path_;
   mapped_bytes bytes_;
-  directory dir_;
+  zip::directory dir_;
   name_table names_;
   std::unique_ptr<std::atomic<const decoded*>[]> slots_;
   mutable std::array<std::mutex, 64> locks_;

@@ -5,58 +5,240 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <optional>
 
 #include "detail/byte_reader.hpp"
-#include "zip/crc32.hpp"
+#include "detail/errors.hpp"
+#include "detail/file_io.hpp"
 #include "detail/mapped_file.hpp"
+#include "mmnpz/writer.hpp"
+#include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
 #include "zip/records.hpp"
-#include "mmnpz/writer.hpp"
 
 namespace mmnpz {
 namespace {
 
-namespace zip = detail::zip;
+using detail::byte_reader;
 
-std::uint32_t sig_at(const std::byte* p, std::uint64_t size, std::uint64_t pos) {
-  if (size - pos < 4) return 0;
-  std::uint32_t v = 0;
-  for (int k = 3; k >= 0; --k) v = (v << 8) | static_cast<std::uint8_t>(p[pos + k]);
-  return v;
-}
+// What inflating a deflate stream found: how many input bytes the stream took, how many it
+// gave, and their CRC-32. `ok` is false when the stream is bad or ends before its end.
+struct inflated {
+  bool ok = false;
+  std::uint64_t consumed = 0;
+  std::uint64_t produced = 0;
+  std::uint32_t crc = 0;
+};
 
-// CRC-32 of a member's contents: of the bytes when stored, of the inflated bytes when
-// deflated; false when the deflate stream is bad or does not inflate to `usize`.
-bool contents_crc(const std::byte* data, std::uint64_t csize, std::uint16_t method,
-                  std::uint64_t usize, std::uint32_t& crc) {
-  if (method == zip::method_stored) {
-    crc = detail::crc32(0, data, csize);
-    return csize == usize;
-  }
+// Inflates the raw deflate stream starting at `data`, reading at most `avail` bytes; the
+// stream's own end says where it stops (so this also finds the size of a member whose sizes
+// follow in a data descriptor).
+inflated inflate_stream(const std::byte* data, std::uint64_t avail) {
+  inflated out;
   z_stream z{};
-  if (inflateInit2(&z, -MAX_WBITS) != Z_OK) return false;
+  if (inflateInit2(&z, -MAX_WBITS) != Z_OK) throw std::bad_alloc();
   unsigned char buf[1 << 16];
-  std::uint64_t in_left = csize, produced = 0;
-  crc = 0;
+  std::uint64_t in_left = avail;
   int rc = Z_OK;
   while (rc == Z_OK) {
     if (z.avail_in == 0 && in_left > 0) {
       z.avail_in = static_cast<uInt>(in_left < (1u << 30) ? in_left : (1u << 30));
-      z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(data + (csize - in_left)));
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(data + (avail - in_left)));
       in_left -= z.avail_in;
     }
     z.avail_out = sizeof buf;
     z.next_out = buf;
     rc = ::inflate(&z, Z_NO_FLUSH);
     const uInt n = static_cast<uInt>(sizeof buf - z.avail_out);
-    crc = detail::crc32(crc, buf, n);
-    produced += n;
+    out.crc = detail::crc32(out.crc, buf, n);
+    out.produced += n;
     if (rc == Z_BUF_ERROR && (z.avail_in > 0 || in_left > 0)) rc = Z_OK;
   }
+  out.ok = rc == Z_STREAM_END;
+  out.consumed = avail - in_left - z.avail_in;
   inflateEnd(&z);
-  return rc == Z_STREAM_END && produced == usize;
+  return out;
 }
+
+// Why the scan of local headers stopped.
+enum class stop {
+  end_of_file,  // every byte was accounted for
+  cut_off,      // a header or a member runs past the end of the file: an interrupted write
+  not_a_member, // bytes that are no ZIP record (an abandoned member's leftovers)
+  bad_member,   // a complete member that cannot be checked or fails its check
+};
+
+class scanner {
+ public:
+  scanner(const std::string& path, const std::byte* p, std::uint64_t size)
+      : ctx_{path}, p_(p), size_(size) {}
+
+  // Scans from `pos` on; returns why it stopped, at `kept` (the end of the last good member).
+  stop run(std::uint64_t pos) {
+    kept_ = pos;
+    while (pos < size_) {
+      if (size_ - pos < 4) return stop::cut_off;
+      byte_reader r(p_ + pos, size_ - pos, pos, ctx_, errc::corrupt_zip);
+      try {
+        switch (zip::signature_at(p_ + pos)) {
+          case zip::central_header_sig: {  // an earlier directory, left by an append
+            std::string converted;
+            zip::parse_central_entry(r, 0, converted);
+            break;
+          }
+          case zip::end_sig:
+            if (zip::parse_end_record(r).comment_len > size_ - r.offset()) return stop::cut_off;
+            break;
+          case zip::end64_sig:
+            zip::parse_end64_record(r);
+            break;
+          case zip::end64_locator_sig:
+            zip::parse_end64_locator(r);
+            break;
+          case zip::local_header_sig: {
+            const std::optional<stop> s = member(r);
+            if (s) return *s;
+            kept_ = r.offset();
+            break;
+          }
+          default:
+            return stop::not_a_member;
+        }
+      } catch (const error&) {
+        return stop::cut_off;  // a record cut off by the end of the file
+      }
+      pos = r.offset();
+    }
+    return stop::end_of_file;
+  }
+
+  std::uint64_t kept() const { return kept_; }
+  const std::vector<zip::central_entry>& entries() const { return entries_; }
+  const std::deque<std::string>& names() const { return names_; }
+  const std::string& problem() const { return problem_; }
+  std::uint64_t problem_offset() const { return problem_offset_; }
+
+ private:
+  // Reads one member at the cursor and keeps it when intact; otherwise says why not.
+  std::optional<stop> member(byte_reader& r) {
+    const zip::local_header h = zip::parse_local_header(r);
+    if ((h.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) ||
+        (h.method != zip::method_stored && h.method != zip::method_deflated)) {
+      return bad(h, "it is encrypted or compressed with method " + std::to_string(h.method));
+    }
+    zip::central_entry e;
+    e.flags = h.flags;
+    e.method = h.method;
+    e.dos_time = h.dos_time;
+    e.dos_date = h.dos_date;
+    e.local_header_offset = h.offset;
+    if (h.has_data_descriptor()) {
+      const std::optional<stop> s = described(h, r, e);
+      if (s) return s;
+    } else {
+      if (h.compressed_size > r.remaining()) return stop::cut_off;
+      e.crc32 = h.crc32;
+      e.compressed_size = h.compressed_size;
+      e.uncompressed_size = h.uncompressed_size;
+      const std::byte* data = r.take(h.compressed_size);
+      std::uint32_t crc = 0;
+      std::uint64_t usize = h.compressed_size;
+      if (h.method == zip::method_deflated) {
+        const inflated f = inflate_stream(data, h.compressed_size);
+        if (!f.ok) return tail_or_bad(h, r, "its deflate stream is corrupt");
+        crc = f.crc;
+        usize = f.produced;
+      } else {
+        crc = detail::crc32(0, data, h.compressed_size);
+      }
+      if (usize != h.uncompressed_size || crc != h.crc32) {
+        return tail_or_bad(h, r, "its size or CRC-32 does not match its local header");
+      }
+    }
+    names_.emplace_back(h.name);
+    e.name = names_.back();
+    entries_.push_back(e);
+    return std::nullopt;
+  }
+
+  // A member whose CRC and sizes follow its data (flag bit 3): a deflate stream ends by
+  // itself; a stored member ends where a descriptor signature is followed by a CRC-32 and
+  // sizes that match the bytes before it.
+  std::optional<stop> described(const zip::local_header& h, byte_reader& r,
+                                zip::central_entry& e) {
+    const std::uint64_t start = r.offset();
+    const auto try_descriptor = [&](std::uint64_t at, std::uint64_t csize, std::uint64_t usize,
+                                    std::uint32_t crc) -> std::optional<std::uint64_t> {
+      for (const bool zip64 : {h.has_zip64, !h.has_zip64}) {
+        byte_reader d(p_ + at, size_ - at, at, ctx_, errc::corrupt_zip);
+        try {
+          const zip::data_descriptor dd = zip::parse_data_descriptor(d, zip64);
+          if (dd.crc32 == crc && dd.compressed_size == csize && dd.uncompressed_size == usize) {
+            return d.offset();
+          }
+        } catch (const error&) {
+        }
+      }
+      return std::nullopt;
+    };
+    std::optional<std::uint64_t> end;
+    if (h.method == zip::method_deflated) {
+      const inflated f = inflate_stream(r.here(), r.remaining());
+      if (!f.ok) return f.consumed == r.remaining() ? std::optional<stop>(stop::cut_off)
+                                                    : bad(h, "its deflate stream is corrupt");
+      e.crc32 = f.crc;
+      e.compressed_size = f.consumed;
+      e.uncompressed_size = f.produced;
+      end = try_descriptor(start + f.consumed, f.consumed, f.produced, f.crc);
+    } else {
+      std::uint32_t crc = 0;
+      std::uint64_t done = start;  // bytes before it are in `crc`
+      for (std::uint64_t at = start; !end && size_ - at >= 4; ++at) {
+        if (zip::signature_at(p_ + at) != zip::data_descriptor_sig) continue;
+        crc = detail::crc32(crc, p_ + done, at - done);
+        done = at;
+        end = try_descriptor(at, at - start, at - start, crc);
+        if (end) {
+          e.crc32 = crc;
+          e.compressed_size = e.uncompressed_size = at - start;
+        }
+      }
+    }
+    if (!end) return stop::cut_off;  // the descriptor was never written
+    r.skip(*end - start, "member data and data descriptor");
+    return std::nullopt;
+  }
+
+  // A member that fails its check: an interrupted write when nothing but zeros follows it,
+  // else a damaged member that recover must not cut away with everything after it.
+  std::optional<stop> tail_or_bad(const zip::local_header& h, const byte_reader& r,
+                                  const std::string& why) {
+    for (std::uint64_t at = r.offset(); at < size_; ++at) {
+      if (p_[at] != std::byte{0}) return bad(h, why);
+    }
+    return stop::cut_off;
+  }
+
+  stop bad(const zip::local_header& h, const std::string& why) {
+    std::string converted;
+    problem_ = "member '" +
+               (zip::cp437_to_utf8(h.name, h.flags, converted) ? converted : std::string(h.name)) +
+               "' cannot be recovered: " + why;
+    problem_offset_ = h.offset;
+    return stop::bad_member;
+  }
+
+  const detail::context ctx_;
+  const std::byte* p_;
+  std::uint64_t size_;
+  std::uint64_t kept_ = 0;
+  std::vector<zip::central_entry> entries_;
+  std::deque<std::string> names_;
+  std::string problem_;
+  std::uint64_t problem_offset_ = error::no_offset;
+};
 
 }  // namespace
 
@@ -66,7 +248,7 @@ recover_result recover(const std::string& path) {
   const std::byte* p = file.data;
   const std::uint64_t size = file.size;
   try {
-    const detail::directory d = detail::read_directory(p, size, path);
+    const zip::directory d = zip::read_directory(p, size, path);
     if (d.archive_end == size) {
       out.directory_was_intact = true;
       out.members_recovered = d.members.size();
@@ -78,108 +260,39 @@ recover_result recover(const std::string& path) {
     // Expected: the directory is missing or cut off. Scan the local headers instead.
   }
 
-  const detail::context ctx{path};
-  std::uint64_t pos = 0;
-  while (pos + 4 <= size && sig_at(p, size, pos) != zip::local_header_sig) ++pos;
-  if (pos + 4 > size) ctx.fail(errc::corrupt_zip, 0, "no local header found: nothing to recover");
-
-  std::vector<detail::cd_entry> entries;
-  std::uint64_t kept = pos;
-  while (pos < size) {
-    const std::uint32_t sig = sig_at(p, size, pos);
-    detail::byte_reader r(p + pos, size - pos, pos, ctx, errc::corrupt_zip);
-    try {
-      if (sig == zip::central_header_sig) {  // an earlier directory, left by an append
-        r.skip(28, "central header");
-        const std::uint64_t n = r.le16(), m = r.le16(), k = r.le16();
-        r.skip(12 + n + m + k, "central header");
-        pos = r.offset();
-        continue;
-      }
-      if (sig == zip::end_sig) {
-        r.skip(20, "end record");
-        r.skip(r.le16(), "end record comment");
-        pos = r.offset();
-        continue;
-      }
-      if (sig == zip::end64_sig) {
-        r.skip(4, "zip64 end record");
-        r.skip(r.le64(), "zip64 end record");
-        pos = r.offset();
-        continue;
-      }
-      if (sig == zip::end64_locator_sig) {
-        r.skip(zip::end64_locator_size, "zip64 locator");
-        pos = r.offset();
-        continue;
-      }
-      if (sig != zip::local_header_sig) break;
-      detail::cd_entry e;
-      r.skip(6, "local header");
-      e.flags = r.le16();
-      e.method = r.le16();
-      e.dos_time = r.le16();
-      e.dos_date = r.le16();
-      e.crc32 = r.le32();
-      e.compressed_size = r.le32();
-      e.uncompressed_size = r.le32();
-      const std::uint16_t name_len = r.le16();
-      const std::uint16_t extra_len = r.le16();
-      e.name = std::string(r.take_str(name_len, "name"));
-      detail::byte_reader x(r.take(extra_len, "extra field"), extra_len, 0, ctx, errc::corrupt_zip);
-      while (x.remaining() >= 4) {
-        const std::uint16_t id = x.le16();
-        const std::uint16_t len = x.le16();
-        if (id == zip::zip64_extra_id && len >= 16) {
-          e.uncompressed_size = x.le64();
-          e.compressed_size = x.le64();
-          x.skip(len - 16, "zip64 extra");
-        } else {
-          x.skip(len, "extra field");
-        }
-      }
-      // Sizes written after the data (bit 3) cannot be trusted without a directory.
-      if ((e.flags & (zip::flag_data_descriptor | zip::flag_encrypted)) ||
-          (e.method != zip::method_stored && e.method != zip::method_deflated) ||
-          e.compressed_size > r.remaining()) {
-        break;
-      }
-      const std::byte* data = r.take(e.compressed_size);
-      std::uint32_t crc = 0;
-      if (!contents_crc(data, e.compressed_size, e.method, e.uncompressed_size, crc) ||
-          crc != e.crc32) {
-        break;
-      }
-      e.local_header_offset = pos;
-      pos = r.offset();
-      kept = pos;
-      out.names.push_back(e.name);
-      entries.push_back(std::move(e));
-    } catch (const error&) {
-      break;  // a header cut off by the end of the file
-    }
+  std::uint64_t first = 0;
+  while (first + 4 <= size && zip::signature_at(p + first) != zip::local_header_sig) ++first;
+  if (first + 4 > size) {
+    throw errors::corrupt_zip(path, {}, 0, "no local header found: nothing to recover");
   }
-
+  scanner scan(path, p, size);
+  if (scan.run(first) == stop::bad_member) {
+    throw errors::corrupt_zip(path, {}, scan.problem_offset(),
+                              scan.problem() +
+                                  "; members after it would be lost, so nothing was changed");
+  }
+  const std::uint64_t kept = scan.kept();
   std::string cd;
-  for (const auto& e : entries) detail::append_cd_entry(cd, e);
+  for (const auto& e : scan.entries()) {  // offsets are absolute: leading bytes count
+    zip::emit_central_entry(cd, e);
+    out.names.emplace_back(e.name);
+  }
   const std::uint64_t cd_size = cd.size();
-  detail::append_end_records(cd, entries.size(), cd_size, kept);
+  zip::emit_end_records(cd, scan.entries().size(), cd_size, kept);
   file = {};  // unmap before changing the file
 
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) throw error(errc::io, path, {}, error::no_offset, "open", errno);
+  if (fd < 0) throw errors::os(path, "open", errno);
   try {
-    if (::ftruncate(fd, static_cast<off_t>(kept)) != 0) {
-      throw error(errc::io, path, {}, error::no_offset, "truncate", errno);
-    }
+    if (::ftruncate(fd, static_cast<off_t>(kept)) != 0) throw errors::os(path, "truncate", errno);
     detail::pwrite_all(fd, cd.data(), cd.size(), kept, path);
-    if (::fsync(fd) != 0) throw error(errc::io, path, {}, error::no_offset, "sync", errno);
+    if (::fsync(fd) != 0) throw errors::os(path, "sync", errno);
   } catch (...) {
     ::close(fd);
     throw;
   }
   ::close(fd);
-  out.members_recovered = entries.size();
+  out.members_recovered = scan.entries().size();
   out.bytes_kept = kept + cd.size();
   out.bytes_cut = size - kept;
   return out;

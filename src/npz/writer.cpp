@@ -9,40 +9,35 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <thread>
 #include <unordered_set>
 
 #include "detail/byte_reader.hpp"
-#include "zip/crc32.hpp"
+#include "detail/errors.hpp"
+#include "detail/file_io.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/utf8.hpp"
+#include "mmnpz/npy.hpp"
+#include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
 #include "zip/records.hpp"
-#include "mmnpz/npy.hpp"
 
 namespace mmnpz {
 
-namespace zip = detail::zip;
-using detail::put16;
-using detail::put32;
-using detail::put64;
 
 namespace {
 
 constexpr std::size_t max_alignment = 65536;
-constexpr std::uint64_t max_extra_len = 0xFFFF;
-constexpr std::size_t align_record_min = 6;  // id, length, u16 alignment
 // Data is written in pieces this large and each is checksummed right after write(2) copied
 // it, while it is still in cache.
 constexpr std::size_t write_chunk = std::size_t{1} << 20;
 // Arrays up to this size are checksummed first, so that the local header goes out complete
 // with the data in one system call.
 constexpr std::size_t small_array = std::size_t{1} << 20;
-constexpr std::size_t crc_field = 14;
 // From this size on, a second thread checksums an array while the caller's thread writes it.
-constexpr std::size_t parallel_crc = std::size_t{8}
-                                     << 20;  // offset of the CRC-32 in a local header
+constexpr std::size_t parallel_crc = std::size_t{8} << 20;
 
 }  // namespace
 
@@ -54,14 +49,16 @@ struct writer::impl {
   std::uint64_t shift = 0;  // bytes before the archive that its offsets do not count
   std::string old_cd;       // the appended-to archive's directory entries, verbatim
   std::uint64_t old_count = 0;
-  std::vector<detail::cd_entry> entries;
+  std::vector<zip::central_entry> entries;
+  std::deque<std::string> entry_names;  // what entries' names point to
   std::unordered_set<std::string> names;
   std::uint64_t file_end = 0;  // highest byte written, for truncation at close
 
   // The member being written.
   bool active = false;
   std::uint64_t member_id = 0;  // tells a stream whether it still owns the active member
-  detail::cd_entry cur;
+  zip::central_entry cur;
+  std::string cur_name;
   std::uint64_t cur_data = 0;  // absolute offset of the next data byte
   std::uint64_t cur_left = 0;  // array bytes still expected
   std::uint32_t cur_crc = 0;
@@ -124,53 +121,40 @@ struct writer::impl {
 
     // Local header extra field: zip64 sizes when needed, then padding that puts the array
     // data at a multiple of the alignment in the file.
-    const bool zip64 = member_size >= zip::zip64_limit;
-    const std::uint64_t z64_len = zip64 ? 20 : 0;
-    const std::uint64_t fixed = pos + zip::local_header_size + full.size() + z64_len;
+    zip::local_header_spec h;
+    h.name = full;
+    h.zip64 = member_size >= zip::zip64_limit;
+    h.alignment = opt.alignment;
+    h.flags = zip::name_flags(full);
+    h.compressed_size = h.uncompressed_size = member_size;  // CRC-32: once the data is complete
+    zip::dos_now(h.dos_time, h.dos_date);
     const std::uint64_t align = opt.alignment;
-    std::uint64_t pad = 0;
     while (true) {
-      pad = (align - (fixed + npy.size()) % align) % align;
-      while (pad != 0 && pad < align_record_min) pad += align;
-      if (z64_len + pad <= max_extra_len) break;
-      if (npy.empty()) {  // raw bytes near 64 KiB alignment: settle for 32 KiB less
-        pad -= std::uint64_t{1} << 15;
+      const std::uint64_t fixed = pos + zip::local_header_size_of(h) - h.align_pad;
+      std::uint64_t pad = (align - (fixed + npy.size()) % align) % align;
+      while (pad != 0 && pad < zip::align_record_min) pad += align;
+      h.align_pad = pad;
+      if (zip::local_header_size_of(h) - zip::local_header_size - full.size() <=
+          zip::max_extra_len) {
         break;
       }
+      if (npy.empty()) {  // raw bytes near 64 KiB alignment: settle for 32 KiB less
+        h.align_pad -= std::uint64_t{1} << 15;
+        break;
+      }
+      h.align_pad = 0;
       grow_npy_header(npy);  // only for alignments near 64 KiB
     }
     std::string local;
-    put32(local, zip::local_header_sig);
-    put16(local, zip64 ? 45 : 20);
-    cur = detail::cd_entry{};
-    cur.name = std::move(full);
-    cur.flags = needs_utf8_flag(cur.name) ? zip::flag_utf8 : 0;
-    cur.method = zip::method_stored;
-    detail::dos_now(cur.dos_time, cur.dos_date);
+    zip::emit_local_header(local, h);
+    cur = zip::central_entry{};
+    cur_name = std::move(full);
+    cur.flags = h.flags;
+    cur.method = h.method;
+    cur.dos_time = h.dos_time;
+    cur.dos_date = h.dos_date;
     cur.compressed_size = cur.uncompressed_size = member_size;
     cur.local_header_offset = pos - shift;
-    put16(local, cur.flags);
-    put16(local, cur.method);
-    put16(local, cur.dos_time);
-    put16(local, cur.dos_date);
-    put32(local, 0);  // CRC-32, written once the data is complete
-    put32(local, zip64 ? zip::u32_saturated : member_size);
-    put32(local, zip64 ? zip::u32_saturated : member_size);
-    put16(local, cur.name.size());
-    put16(local, z64_len + pad);
-    local += cur.name;
-    if (zip64) {
-      put16(local, zip::zip64_extra_id);
-      put16(local, 16);
-      put64(local, member_size);
-      put64(local, member_size);
-    }
-    if (pad != 0) {
-      put16(local, zip::align_extra_id);
-      put16(local, pad - 4);
-      put16(local, align < 0x8000 ? align : 0);
-      local.append(pad - align_record_min, '\0');
-    }
     local += npy;
     cur_crc = detail::crc32(0, npy.data(), npy.size());
     head = std::move(local);
@@ -185,7 +169,7 @@ struct writer::impl {
     if (!active) refuse({}, "no member is being written");
     if (n > cur_left) {
       abandon();
-      refuse(cur.name, std::to_string(n) + " bytes given, " + std::to_string(cur_left) +
+      refuse(cur_name, std::to_string(n) + " bytes given, " + std::to_string(cur_left) +
                            " expected; the member was abandoned");
     }
     const auto* p = static_cast<const unsigned char*>(data);
@@ -252,13 +236,13 @@ struct writer::impl {
 
   void set_head_crc(std::uint32_t crc) {
     crc_in_head = true;
-    for (int b = 0; b < 4; ++b) head[crc_field + b] = static_cast<char>((crc >> (8 * b)) & 0xFF);
+    head.replace(zip::local_crc_offset, 4, zip::crc_field(crc));
   }
 
   void commit() {
     if (!active) refuse({}, "no member is being written");
     if (cur_left != 0) {
-      const std::string name = cur.name;
+      const std::string name = cur_name;
       const std::uint64_t left = cur_left;
       abandon();
       refuse(name, std::to_string(left) +
@@ -270,9 +254,8 @@ struct writer::impl {
         set_head_crc(cur_crc);
         write_piece(nullptr, 0);
       } else if (!crc_in_head) {
-        std::string crc;
-        put32(crc, cur_crc);
-        write_at(crc.data(), crc.size(), pos + crc_field);
+        const std::string crc = zip::crc_field(cur_crc);
+        write_at(crc.data(), crc.size(), pos + zip::local_crc_offset);
       }
     } catch (...) {
       abandon();
@@ -280,8 +263,10 @@ struct writer::impl {
     }
     cur.crc32 = cur_crc;
     pos = cur_data;
-    names.insert(cur.name);
-    entries.push_back(std::move(cur));
+    names.insert(cur_name);
+    entry_names.push_back(std::move(cur_name));
+    cur.name = entry_names.back();
+    entries.push_back(cur);
     active = false;
   }
 
@@ -296,9 +281,9 @@ struct writer::impl {
     if (fd < 0) return;
     abandon();
     std::string cd = old_cd;
-    for (const auto& e : entries) detail::append_cd_entry(cd, e);
+    for (const auto& e : entries) zip::emit_central_entry(cd, e);
     const std::uint64_t cd_size = cd.size();
-    detail::append_end_records(cd, old_count + entries.size(), cd_size, pos - shift);
+    zip::emit_end_records(cd, old_count + entries.size(), cd_size, pos - shift);
     const int f = fd;
     fd = -1;
     try {
@@ -312,13 +297,6 @@ struct writer::impl {
       throw;
     }
     if (::close(f) != 0) throw error(errc::io, path, {}, error::no_offset, "close", errno);
-  }
-
-  static bool needs_utf8_flag(const std::string& name) {
-    for (char c : name) {
-      if (static_cast<unsigned char>(c) >= 0x80) return true;
-    }
-    return false;
   }
 
   // Adds 64 spaces of padding to a .npy header (numpy accepts any header length).
@@ -336,7 +314,7 @@ struct writer::impl {
     if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return;
     detail::mapped_bytes old = detail::map_file(path);
     if (old.size == 0) return;
-    const detail::directory d = detail::read_directory(old.data, old.size, path);
+    const zip::directory d = zip::read_directory(old.data, old.size, path);
     old_cd.assign(reinterpret_cast<const char*>(old.data + d.cd_offset), d.cd_size);
     old_count = d.members.size();
     for (const auto& m : d.members) names.insert(std::string(m.name));

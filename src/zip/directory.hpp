@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "mmnpz/reader.hpp"
+#include "mmnpz/member_info.hpp"
 
-namespace mmnpz::detail {
+namespace mmnpz::zip {
 
 struct directory {
   std::vector<member_info> members;    ///< in central-directory order, offsets absolute
@@ -31,8 +31,4 @@ struct directory {
 /// and size against the file, and that members neither overlap nor run into the directory.
 directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path);
 
-/// A raw ZIP name as UTF-8: as it is when flag bit 11 is set or it is ASCII, else from cp437.
-/// Returns false (and leaves `out` alone) when no conversion is needed.
-bool cp437_to_utf8(std::string_view raw, std::uint16_t flags, std::string& out);
-
-}  // namespace mmnpz::detail
+}  // namespace mmnpz::zip

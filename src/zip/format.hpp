@@ -1,10 +1,11 @@
 #pragma once
 
-// Constants of the ZIP format (PKWARE APPNOTE 6.3) as mmnpz reads and writes it.
+// Constants of the ZIP format (PKWARE APPNOTE 6.3) as mmnpz reads and writes it. Only the
+// ZIP codec (src/zip/) uses them.
 
 #include <cstdint>
 
-namespace mmnpz::detail::zip {
+namespace mmnpz::zip {
 
 constexpr std::uint32_t local_header_sig = 0x04034b50;     // PK\3\4
 constexpr std::uint32_t central_header_sig = 0x02014b50;   // PK\1\2
@@ -39,4 +40,4 @@ constexpr std::uint16_t u16_saturated = 0xFFFFu;
 /// CPython writes a field as zip64 from this value on; mmnpz's writer does the same.
 constexpr std::uint64_t zip64_limit = (std::uint64_t{1} << 31) - 1;
 
-}  // namespace mmnpz::detail::zip
+}  // namespace mmnpz::zip
