@@ -82,29 +82,12 @@ class scanner {
       if (size_ - pos < 4) return stop::cut_off;
       byte_reader r(p_ + pos, size_ - pos, pos, ctx_, errc::corrupt_zip);
       try {
-        switch (zip::signature_at(p_ + pos)) {
-          case zip::central_header_sig: {  // an earlier directory, left by an append
-            std::string converted;
-            zip::parse_central_entry(r, 0, converted);
-            break;
-          }
-          case zip::end_sig:
-            if (zip::parse_end_record(r).comment_len > size_ - r.offset()) return stop::cut_off;
-            break;
-          case zip::end64_sig:
-            zip::parse_end64_record(r);
-            break;
-          case zip::end64_locator_sig:
-            zip::parse_end64_locator(r);
-            break;
-          case zip::local_header_sig: {
-            const std::optional<stop> s = member(r);
-            if (s) return *s;
-            kept_ = r.offset();
-            break;
-          }
-          default:
-            return stop::not_a_member;
+        if (zip::record_at(r.here(), r.remaining()) == zip::record_kind::local_header) {
+          const std::optional<stop> s = member(r);
+          if (s) return *s;
+          kept_ = r.offset();
+        } else if (!zip::skip_directory_record(r)) {  // skips a directory left by an append
+          return stop::not_a_member;
         }
       } catch (const error&) {
         return stop::cut_off;  // a record cut off by the end of the file
@@ -124,8 +107,7 @@ class scanner {
   // Reads one member at the cursor and keeps it when intact; otherwise says why not.
   std::optional<stop> member(byte_reader& r) {
     const zip::local_header h = zip::parse_local_header(r);
-    if ((h.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) ||
-        (h.method != zip::method_stored && h.method != zip::method_deflated)) {
+    if (h.is_encrypted() || (h.method != zip::method_stored && h.method != zip::method_deflated)) {
       return bad(h, "it is encrypted or compressed with method " + std::to_string(h.method));
     }
     zip::central_entry e;
@@ -164,50 +146,27 @@ class scanner {
   }
 
   // A member whose CRC and sizes follow its data (flag bit 3): a deflate stream ends by
-  // itself; a stored member ends where a descriptor signature is followed by a CRC-32 and
-  // sizes that match the bytes before it.
+  // itself; a stored member ends at the first descriptor that matches the bytes before it.
   std::optional<stop> described(const zip::local_header& h, byte_reader& r,
                                 zip::central_entry& e) {
-    const std::uint64_t start = r.offset();
-    const auto try_descriptor = [&](std::uint64_t at, std::uint64_t csize, std::uint64_t usize,
-                                    std::uint32_t crc) -> std::optional<std::uint64_t> {
-      for (const bool zip64 : {h.has_zip64, !h.has_zip64}) {
-        byte_reader d(p_ + at, size_ - at, at, ctx_, errc::corrupt_zip);
-        try {
-          const zip::data_descriptor dd = zip::parse_data_descriptor(d, zip64);
-          if (dd.crc32 == crc && dd.compressed_size == csize && dd.uncompressed_size == usize) {
-            return d.offset();
-          }
-        } catch (const error&) {
-        }
-      }
-      return std::nullopt;
-    };
-    std::optional<std::uint64_t> end;
+    bool found = false;
     if (h.method == zip::method_deflated) {
       const inflated f = inflate_stream(r.here(), r.remaining());
-      if (!f.ok) return f.consumed == r.remaining() ? std::optional<stop>(stop::cut_off)
-                                                    : bad(h, "its deflate stream is corrupt");
+      if (!f.ok) {
+        return f.consumed == r.remaining() ? std::optional<stop>(stop::cut_off)
+                                           : bad(h, "its deflate stream is corrupt");
+      }
       e.crc32 = f.crc;
       e.compressed_size = f.consumed;
       e.uncompressed_size = f.produced;
-      end = try_descriptor(start + f.consumed, f.consumed, f.produced, f.crc);
-    } else {
-      std::uint32_t crc = 0;
-      std::uint64_t done = start;  // bytes before it are in `crc`
-      for (std::uint64_t at = start; !end && size_ - at >= 4; ++at) {
-        if (zip::signature_at(p_ + at) != zip::data_descriptor_sig) continue;
-        crc = detail::crc32(crc, p_ + done, at - done);
-        done = at;
-        end = try_descriptor(at, at - start, at - start, crc);
-        if (end) {
-          e.crc32 = crc;
-          e.compressed_size = e.uncompressed_size = at - start;
-        }
-      }
+      r.skip(f.consumed, "member data");
+      found = zip::match_data_descriptor(r, h.has_zip64, f.crc, f.consumed, f.produced);
+    } else if (const auto d = zip::find_stored_descriptor(r, h.has_zip64)) {
+      e.crc32 = d->crc32;
+      e.compressed_size = e.uncompressed_size = d->size;
+      found = true;
     }
-    if (!end) return stop::cut_off;  // the descriptor was never written
-    r.skip(*end - start, "member data and data descriptor");
+    if (!found) return stop::cut_off;  // the descriptor was never written
     return std::nullopt;
   }
 
@@ -260,9 +219,8 @@ recover_result recover(const std::string& path) {
     // Expected: the directory is missing or cut off. Scan the local headers instead.
   }
 
-  std::uint64_t first = 0;
-  while (first + 4 <= size && zip::signature_at(p + first) != zip::local_header_sig) ++first;
-  if (first + 4 > size) {
+  const std::uint64_t first = zip::find_local_header(p, size, 0);
+  if (first == size) {
     throw errors::corrupt_zip(path, {}, 0, "no local header found: nothing to recover");
   }
   scanner scan(path, p, size);

@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "detail/utf8.hpp"
+#include "zip/crc32.hpp"
 
 namespace mmnpz::zip {
 namespace {
@@ -44,6 +45,41 @@ byte_reader sub(byte_reader& r, std::uint64_t n, const char* what) {
 std::uint32_t signature_at(const std::byte* p) {
   return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
          static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+record_kind record_at(const std::byte* p, std::uint64_t avail) {
+  if (avail < 4) return record_kind::unknown;
+  switch (signature_at(p)) {
+    case local_header_sig: return record_kind::local_header;
+    case central_header_sig: return record_kind::central_entry;
+    case end_sig: return record_kind::end;
+    case end64_sig: return record_kind::end64;
+    case end64_locator_sig: return record_kind::end64_locator;
+    case data_descriptor_sig: return record_kind::data_descriptor;
+    default: return record_kind::unknown;
+  }
+}
+
+std::uint64_t find_local_header(const std::byte* p, std::uint64_t size, std::uint64_t from) {
+  for (std::uint64_t at = from; size - at >= 4 && at < size; ++at) {
+    if (signature_at(p + at) == local_header_sig) return at;
+  }
+  return size;
+}
+
+bool skip_directory_record(byte_reader& r) {
+  std::string converted;
+  switch (record_at(r.here(), r.remaining())) {
+    case record_kind::central_entry: parse_central_entry(r, 0, converted); return true;
+    case record_kind::end: {
+      const end_record e = parse_end_record(r);
+      if (e.comment.size() < e.comment_len) r.skip(e.comment_len, "comment");  // throws
+      return true;
+    }
+    case record_kind::end64: parse_end64_record(r); return true;
+    case record_kind::end64_locator: parse_end64_locator(r); return true;
+    default: return false;
+  }
 }
 
 // ---- extra fields -------------------------------------------------------------------------
@@ -377,6 +413,42 @@ void emit_data_descriptor(byte_sink& out, const data_descriptor& d) {
     put32(out, d.compressed_size);
     put32(out, d.uncompressed_size);
   }
+}
+
+bool match_data_descriptor(byte_reader& r, bool zip64, std::uint32_t crc, std::uint64_t csize,
+                           std::uint64_t usize) {
+  for (const bool wide : {zip64, !zip64}) {
+    byte_reader d(r.here(), r.remaining(), r.offset(), r.ctx(), r.code());
+    data_descriptor dd;
+    try {
+      dd = parse_data_descriptor(d, wide);
+    } catch (const error&) {
+      continue;  // cut off by the end of the bytes
+    }
+    if (dd.crc32 == crc && dd.compressed_size == csize && dd.uncompressed_size == usize) {
+      r.skip(dd.size(), "data descriptor");
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<described_data> find_stored_descriptor(byte_reader& r, bool zip64) {
+  const std::byte* start = r.here();
+  const std::uint64_t n = r.remaining();
+  std::uint32_t crc = 0;
+  std::uint64_t done = 0;  // bytes already in `crc`
+  for (std::uint64_t at = 0; n - at >= 4; ++at) {
+    if (signature_at(start + at) != data_descriptor_sig) continue;
+    crc = detail::crc32(crc, start + done, at - done);
+    done = at;
+    byte_reader d(start + at, n - at, r.offset() + at, r.ctx(), r.code());
+    if (match_data_descriptor(d, zip64, crc, at, at)) {
+      r.skip(d.offset() - r.offset(), "member data and data descriptor");
+      return described_data{at, crc};
+    }
+  }
+  return std::nullopt;
 }
 
 // ---- time ---------------------------------------------------------------------------------

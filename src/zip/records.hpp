@@ -42,6 +42,24 @@ inline void put64(byte_sink& out, std::uint64_t v) {
 /// The 4-byte signature at `p` (little-endian), for scanning; `p` must have 4 bytes.
 std::uint32_t signature_at(const std::byte* p);
 
+/// Which record starts at `p` (by its signature), for scanning a file without a directory.
+enum class record_kind {
+  local_header,
+  central_entry,
+  end,
+  end64,
+  end64_locator,
+  data_descriptor,
+  unknown
+};
+/// The kind of record at `p`, where `avail` bytes can be read (fewer than 4: unknown).
+record_kind record_at(const std::byte* p, std::uint64_t avail);
+/// The offset of the first local header signature in [from, size), or `size`.
+std::uint64_t find_local_header(const std::byte* p, std::uint64_t size, std::uint64_t from);
+/// Parses and passes over a record that is not a member (central entry, end records) at the
+/// cursor; throws the cursor's errors when it is cut off. Returns false for other kinds.
+bool skip_directory_record(byte_reader& r);
+
 // ---- extra fields -------------------------------------------------------------------------
 
 /// One record of an extra field: a header id and its data.
@@ -109,6 +127,7 @@ struct local_header {
   /// Sizes and CRC follow the data in a data descriptor (flag bit 3): the fields here are 0
   /// or saturated and mean nothing.
   bool has_data_descriptor() const { return flags & flag_data_descriptor; }
+  bool is_encrypted() const { return flags & (flag_encrypted | flag_strong_encryption); }
 };
 
 /// Parses the local header at the cursor (signature included) and leaves the cursor at the
@@ -210,6 +229,21 @@ struct data_descriptor {
 /// signature is seen from the bytes; `zip64` is known from the local header).
 data_descriptor parse_data_descriptor(byte_reader& r, bool zip64);
 void emit_data_descriptor(byte_sink& out, const data_descriptor& d);
+
+/// Whether the bytes at the cursor are a descriptor (in either width, `zip64` tried first)
+/// stating exactly `crc`, `csize` and `usize`; when they are, the cursor passes it.
+bool match_data_descriptor(byte_reader& r, bool zip64, std::uint32_t crc, std::uint64_t csize,
+                           std::uint64_t usize);
+
+/// A stored member's data whose descriptor follows it: the first descriptor signature after
+/// `r`'s position whose CRC-32 and sizes match the bytes before it ends the data. Returns the
+/// data's size and CRC-32 and leaves the cursor after the descriptor, or nothing (the cursor
+/// unmoved) when no descriptor matches before the end.
+struct described_data {
+  std::uint64_t size = 0;
+  std::uint32_t crc32 = 0;
+};
+std::optional<described_data> find_stored_descriptor(byte_reader& r, bool zip64);
 
 // ---- time ---------------------------------------------------------------------------------
 

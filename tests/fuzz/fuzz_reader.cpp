@@ -1,4 +1,4 @@
-// Fuzz target for the reader: opens an archive from bytes, lists it, decodes every member (also
+// Fuzz target for the reader and the ZIP codec (fuzz_codec.cpp): opens an archive from bytes, lists it, decodes every member (also
 // streamed by read(), and its .npy header alone by array_header()) and verifies it. Any
 // mmnpz::error is an expected answer to a malformed input; anything else (another exception, a
 // sanitizer report, a broken invariant) is a bug and escapes to the fuzzer. Built with libFuzzer
@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "fuzz_codec.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
 
@@ -204,6 +205,7 @@ std::uint64_t exercise_member(const mmnpz::reader& r, std::size_t i,
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   volatile std::uint64_t sink = 0;
+  fuzz_codec(data, size);
   try {
     // verify() of a reader that decoded nothing streams deflated members through read().
     const mmnpz::verify_result streamed_verify =

@@ -1,4 +1,6 @@
 #include <doctest/doctest.h>
+
+#include <cstring>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,6 +152,93 @@ TEST_SUITE("recover") {
       // The archive that was there is still there, byte for byte.
       CHECK(test::read_file(path).compare(0, base_bytes.size(), base_bytes) == 0);
     }
+  }
+
+  TEST_CASE("restores members whose sizes follow in data descriptors (numpy writing to a pipe)") {
+    for (const char* name : {"unseekable_stored.npz", "unseekable_deflated.npz"}) {
+      CAPTURE(name);
+      const std::string fixture = std::string(MMNPZ_FIXTURES) + "/good/" + name;
+      const std::string bytes = test::read_file(fixture);
+      const std::size_t cd = bytes.find("PK\x01\x02");
+      REQUIRE(cd != std::string::npos);
+      const mmnpz::reader original(fixture);
+      REQUIRE(original.size() >= 2);
+      // The directory lost (a writer killed before it), and a next member begun and cut off.
+      for (const std::string& tail : {std::string(), std::string("PK\x03\x04\x14\x00\x08")}) {
+        const std::string path = test::scratch("descriptors.npz");
+        std::ofstream(path, std::ios::binary) << bytes.substr(0, cd) << tail;
+        const auto result = mmnpz::recover(path);
+        CHECK(result.members_recovered == original.size());
+        CHECK(result.bytes_cut == tail.size());
+        const mmnpz::reader r(path);
+        REQUIRE(r.size() == original.size());
+        CHECK(r.verify().ok());
+        for (std::size_t i = 0; i < r.size(); ++i) {
+          CHECK(r.member(i).name == original.member(i).name);
+          const auto a = original.bytes(i);
+          const auto b = r.bytes(i);
+          REQUIRE(a.size == b.size);
+          CHECK(std::memcmp(a.data, b.data, a.size) == 0);
+        }
+        const std::string numpy_says = test::python(
+            "import sys, numpy as np; a = np.load(sys.argv[1]); b = np.load(sys.argv[2]); "
+            "print(a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files))",
+            path + "' '" + fixture);
+        CHECK(numpy_says == "True\n");
+      }
+    }
+  }
+
+  TEST_CASE("restores an append killed after an archive with data descriptors") {
+    const std::string fixture = std::string(MMNPZ_FIXTURES) + "/good/unseekable_stored.npz";
+    const std::string base_bytes = test::read_file(fixture);
+    const std::string path = test::scratch("descriptors_append.npz");
+    std::ofstream(path, std::ios::binary) << base_bytes;
+    const std::size_t old_members = mmnpz::reader(fixture).size();
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::append});
+      const std::int32_t x[] = {1, 2, 3};
+      w.write("appended", x, {3});
+      // Killed before close(): no new directory. Simulated by cutting it off below.
+    }
+    const std::string full = test::read_file(path);
+    const std::size_t last_cd = full.rfind("PK\x05\x06");
+    const std::size_t new_cd = full.find("PK\x01\x02", base_bytes.size());
+    REQUIRE(new_cd != std::string::npos);
+    REQUIRE(last_cd > new_cd);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << full.substr(0, new_cd);
+    const auto result = mmnpz::recover(path);
+    CHECK(result.members_recovered == old_members + 1);
+    const mmnpz::reader r(path);
+    CHECK(r.verify().ok());
+    CHECK(r.array("appended").data_as<std::int32_t>()[2] == 3);
+    CHECK(test::read_file(path).compare(0, base_bytes.size(), base_bytes) == 0);
+  }
+
+  TEST_CASE("refuses to cut away a damaged member that intact members follow") {
+    const std::string path = test::scratch("damaged_middle.npz");
+    {
+      mmnpz::writer w(path);
+      const double x[] = {1.5, 2.5, 3.5};
+      w.write("a", x, {3});
+      w.write("b", x, {3});
+      w.write("c", x, {3});
+    }
+    std::string bytes = test::read_file(path);
+    bytes.resize(bytes.find("PK\x01\x02"));  // no directory
+    const mmnpz::reader before_damage(path);
+    const auto b_data = before_damage.array("b").file_offset();
+    bytes[b_data] ^= 0x5A;  // a bit flip inside b's data
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    const std::uint64_t b_offset = before_damage.member(1).local_header_offset;
+    CHECK_THROWS_WITH_AS(
+        mmnpz::recover(path),
+        (path + " at offset " + std::to_string(b_offset) +
+         ": member 'b.npy' cannot be recovered: its size or CRC-32 does not match its local "
+         "header; members after it would be lost, so nothing was changed")
+            .c_str(),
+        mmnpz::error);
+    CHECK(test::read_file(path) == bytes);
   }
 
   TEST_CASE("refuses a file with no member to recover") {
