@@ -14,24 +14,6 @@ namespace mmnpz {
 /// Whether typed access accepts data that is not aligned for its element type.
 enum class alignment_check { required, allow_misaligned };
 
-namespace detail {
-/// What a decoded member is; shared, immutable, owned by the reader's cache and every view.
-struct view_state {
-  std::string_view path;    ///< the archive's path, owned by the archive (kept alive with it)
-  std::string_view member;  ///< full name in the archive, likewise
-  dtype type;
-  std::vector<std::uint64_t> shape;
-  std::vector<std::int64_t> strides;  ///< in bytes
-  bool fortran_order = false;
-  std::uint64_t size = 1;  ///< number of elements
-  std::uint64_t nbytes = 0;
-  const std::byte* data = nullptr;
-  std::uint64_t file_offset = 0;  ///< absolute offset of data in the file, when mapped
-  bool mapped = true;
-  std::shared_ptr<const void> keepalive;  ///< the file mapping, or the inflated buffer
-};
-[[noreturn]] void throw_bad_cast(const view_state& s, const dtype& wanted, bool misaligned);
-}  // namespace detail
 
 /// A read-only view of one array member: a pointer to its data plus dtype, shape and byte
 /// strides. Stored members point straight into the file mapping (no copy); deflated members
@@ -40,33 +22,36 @@ struct view_state {
 /// Views are immutable and safe to share between threads.
 class array_view {
  public:
+  /// What a decoded member is: shared, immutable, owned by the reader's cache and by every
+  /// view of it. Opaque: defined by the reader.
+  struct state;
+
   array_view() = default;
-  explicit array_view(std::shared_ptr<const detail::view_state> s) : s_(std::move(s)) {}
 
   /// False for a default-constructed view.
   explicit operator bool() const noexcept { return s_ != nullptr; }
 
-  const dtype& type() const { return s_->type; }
-  const std::vector<std::uint64_t>& shape() const { return s_->shape; }
+  const dtype& type() const;
+  const std::vector<std::uint64_t>& shape() const;
   /// Byte strides, C order unless fortran_order().
-  const std::vector<std::int64_t>& strides() const { return s_->strides; }
-  std::size_t ndim() const { return s_->shape.size(); }
-  bool fortran_order() const { return s_->fortran_order; }
+  const std::vector<std::int64_t>& strides() const;
+  std::size_t ndim() const { return shape().size(); }
+  bool fortran_order() const;
   /// Number of elements (1 for a 0-d array).
-  std::uint64_t size() const { return s_->size; }
-  std::uint64_t nbytes() const { return s_->nbytes; }
+  std::uint64_t size() const;
+  std::uint64_t nbytes() const;
   /// The first byte of the data. Never null, also for empty arrays.
-  const std::byte* data() const { return s_->data; }
+  const std::byte* data() const;
   /// True when data() points into the file mapping; false when it owns an inflated copy.
-  bool is_mapped() const { return s_->mapped; }
+  bool is_mapped() const;
   /// Absolute byte offset of the data in the file (meaningful when is_mapped()).
-  std::uint64_t file_offset() const { return s_->file_offset; }
+  std::uint64_t file_offset() const;
   /// The member's full name in the archive, such as "clip_17.npy".
-  std::string_view member() const { return s_->member; }
+  std::string_view member() const;
   /// True when data() is a multiple of `alignment` bytes in memory (and so, for mapped
   /// data, in the file, since the mapping starts page-aligned).
   bool is_aligned(std::size_t alignment) const {
-    return reinterpret_cast<std::uintptr_t>(s_->data) % alignment == 0;
+    return reinterpret_cast<std::uintptr_t>(data()) % alignment == 0;
   }
 
   /// The data as T, checked first: T must be the dtype's element type in native byte order
@@ -75,18 +60,22 @@ class array_view {
   template <class T>
   const T* data_as(alignment_check check = alignment_check::required) const {
     const bool misaligned = !is_aligned(alignof(T));
-    if (!s_->type.holds<T>() ||
-        (misaligned && check == alignment_check::required && s_->nbytes != 0)) {
-      detail::throw_bad_cast(*s_, dtype::of<T>(), misaligned);
+    if (!type().holds<T>() ||
+        (misaligned && check == alignment_check::required && nbytes() != 0)) {
+      fail_cast(dtype::of<T>());
     }
-    return reinterpret_cast<const T*>(s_->data);
+    return reinterpret_cast<const T*>(data());
   }
 
   /// What keeps the data alive; share it to extend the data's lifetime.
-  const std::shared_ptr<const void>& keepalive() const { return s_->keepalive; }
+  const std::shared_ptr<const void>& keepalive() const;
 
  private:
-  std::shared_ptr<const detail::view_state> s_;
+  friend class reader;
+  explicit array_view(std::shared_ptr<const state> s) : s_(std::move(s)) {}
+  /// Throws the error data_as() gives for `wanted`.
+  [[noreturn]] void fail_cast(const dtype& wanted) const;
+  std::shared_ptr<const state> s_;
 };
 
 /// Raw bytes of a member (any member, .npy or not): mapped for stored members, an inflated

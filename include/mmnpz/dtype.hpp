@@ -16,8 +16,13 @@ enum class byte_order : char {
   not_applicable = '|',  ///< one-byte types, bytes, void, structured
 };
 
-/// The host's byte order.
-constexpr byte_order native_order = byte_order::little;
+#if !defined(__BYTE_ORDER__) || \
+    (__BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__ && __BYTE_ORDER__ != __ORDER_BIG_ENDIAN__)
+#error "mmnpz needs a compiler that states the byte order (__BYTE_ORDER__)"
+#endif
+/// The host's byte order, from the compiler (std::endian is C++20).
+constexpr byte_order native_order =
+    __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? byte_order::big : byte_order::little;
 static_assert(sizeof(void*) == 8, "mmnpz needs a 64-bit platform");
 
 struct field;

@@ -16,10 +16,6 @@
 
 namespace mmnpz {
 
-namespace detail {
-class archive;
-}
-
 /// What verify() found: one error (errc::checksum, or the error that stopped decoding) per
 /// bad member.
 struct verify_result {
@@ -131,8 +127,9 @@ class reader {
   bool is_zip64() const;
 
  private:
-  explicit reader(std::shared_ptr<const detail::archive> a) : a_(std::move(a)) {}
-  std::shared_ptr<const detail::archive> a_;
+  class archive;  // the mapping, the directory and the decoded members (reader.cpp)
+  explicit reader(std::shared_ptr<const archive> a);
+  std::shared_ptr<const archive> a_;
 };
 
 /// Opens `path` (same as reader(path)).

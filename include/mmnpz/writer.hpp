@@ -87,9 +87,8 @@ class writer {
   std::size_t members_written() const;
   const std::string& path() const;
 
-  struct impl;
-
  private:
+  struct impl;
   std::unique_ptr<impl> p_;
 };
 

@@ -16,6 +16,7 @@
 #include "zip/format.hpp"
 #include "zip/records.hpp"
 #include "mmnpz/npy.hpp"
+#include "npz/view_state.hpp"
 
 namespace mmnpz {
 namespace detail {
@@ -128,7 +129,7 @@ struct decoded {
   std::shared_ptr<std::vector<std::byte>> inflated;
   bool is_array = false;
   std::exception_ptr array_error;  // .npy header, object arrays
-  view_state view;
+  array_view::state view;
 };
 
 class archive {
@@ -445,7 +446,7 @@ class archive {
       throw error(errc::object_array, path_, std::string(name), error::no_offset,
                   "pickled object arrays cannot be memory-mapped");
     }
-    view_state& v = d.view;
+    array_view::state& v = d.view;
     v.path = path_;
     v.member = name;
     v.strides = byte_strides(h.shape, h.type.itemsize(), h.fortran_order);
@@ -472,29 +473,20 @@ class archive {
   mutable std::array<std::mutex, 64> locks_;
 };
 
-[[noreturn]] void throw_bad_cast(const view_state& s, const dtype& wanted, bool /*misaligned*/) {
-  if (s.type.kind() != wanted.kind() || s.type.itemsize() != wanted.itemsize() ||
-      s.type.is_structured()) {
-    throw error(errc::type_mismatch, std::string(s.path), std::string(s.member), error::no_offset,
-                "array of " + s.type.str() + " read as " + wanted.str());
-  }
-  if (!s.type.is_native()) {
-    throw error(errc::type_mismatch, std::string(s.path), std::string(s.member), error::no_offset,
-                "array of " + s.type.str() + " is not in native byte order");
-  }
-  throw error(errc::misaligned, std::string(s.path), std::string(s.member), s.file_offset,
-              "data is not aligned to " + std::to_string(wanted.itemsize()) + " bytes for " +
-                  wanted.str() + " (allow it with alignment_check::allow_misaligned)");
-}
-
 }  // namespace detail
 
+class reader::archive : public detail::archive {
+  using detail::archive::archive;
+};
+
+reader::reader(std::shared_ptr<const archive> a) : a_(std::move(a)) {}
+
 reader::reader(const std::string& path)
-    : a_(std::make_shared<const detail::archive>(path, detail::map_file(path))) {}
+    : a_(std::make_shared<const archive>(path, detail::map_file(path))) {}
 
 reader reader::from_bytes(const void* data, std::size_t size, std::string display_name) {
-  return reader(std::make_shared<const detail::archive>(std::move(display_name),
-                                                        detail::copy_bytes(data, size)));
+  return reader(
+      std::make_shared<const archive>(std::move(display_name), detail::copy_bytes(data, size)));
 }
 
 const std::string& reader::path() const { return a_->path(); }
@@ -525,7 +517,7 @@ array_view reader::array(std::size_t index) const {
   if (!d.is_array) a_->fail_not_an_array(a_->dir().members[index], d.contents_offset);
   if (d.array_error) std::rethrow_exception(d.array_error);
   // Aliasing: the view shares ownership of the archive, which owns the decoded state.
-  return array_view(std::shared_ptr<const detail::view_state>(a_, &d.view));
+  return array_view(std::shared_ptr<const array_view::state>(a_, &d.view));
 }
 
 bool reader::is_array(std::size_t index) const {

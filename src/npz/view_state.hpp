@@ -1,0 +1,31 @@
+#pragma once
+
+// What array_view points at: defined here, for the reader that fills it and the views that
+// read it.
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "mmnpz/array_view.hpp"
+#include "mmnpz/dtype.hpp"
+
+namespace mmnpz {
+
+struct array_view::state {
+  std::string_view path;    ///< the archive's path, owned by the archive (kept alive with it)
+  std::string_view member;  ///< full name in the archive, likewise
+  dtype type;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::int64_t> strides;  ///< in bytes
+  bool fortran_order = false;
+  std::uint64_t size = 1;  ///< number of elements
+  std::uint64_t nbytes = 0;
+  const std::byte* data = nullptr;
+  std::uint64_t file_offset = 0;  ///< absolute offset of data in the file, when mapped
+  bool mapped = true;
+  std::shared_ptr<const void> keepalive;  ///< the file mapping, or the inflated buffer
+};
+
+}  // namespace mmnpz
