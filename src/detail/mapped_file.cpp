@@ -1,5 +1,7 @@
 #include "detail/mapped_file.hpp"
 
+#include "detail/errors.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -22,7 +24,7 @@ struct fd_guard {
 };
 
 [[noreturn]] void os_error(const char* what, const std::string& path, int err) {
-  throw error(errc::io, path, {}, error::no_offset, what, err);
+  throw errors::os(path, what, err);
 }
 
 }  // namespace

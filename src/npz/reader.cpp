@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "detail/byte_reader.hpp"
+#include "detail/errors.hpp"
 #include "zip/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
@@ -151,7 +152,7 @@ class archive {
 
   const member_info& member(std::size_t index) const {
     if (index >= dir_.members.size()) {
-      throw error(errc::not_found, path_, {}, error::no_offset,
+      throw errors::not_found(path_, {}, error::no_offset,
                   "no member at index " + std::to_string(index) + " (the archive has " +
                       std::to_string(dir_.members.size()) + ")");
     }
@@ -194,7 +195,7 @@ class archive {
     const member_info& m = dir_.members[index];
     const std::uint32_t actual = crc32_of(d.contents, d.contents_size);
     if (actual != m.crc32) {
-      throw error(errc::checksum, path_, std::string(m.name), d.contents_offset,
+      throw errors::checksum(path_, m.name, d.contents_offset,
                   "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
     }
   }
@@ -205,7 +206,7 @@ class archive {
             std::size_t piece) const {
     const member_info& m = member(index);
     if (piece == 0) {
-      throw error(errc::invalid_argument, path_, std::string(m.name), error::no_offset,
+      throw errors::invalid_argument(path_, m.name, error::no_offset,
                   "read() needs pieces of at least one byte");
     }
     const std::byte* p = nullptr;
@@ -266,7 +267,7 @@ class archive {
   }
 
   [[noreturn]] void fail_not_an_array(const member_info& m, std::uint64_t contents_offset) const {
-    throw error(errc::not_an_array, path_, std::string(m.name), contents_offset,
+    throw errors::not_an_array(path_, m.name, contents_offset,
                 "not a .npy array (no .npy magic); read it with bytes()");
   }
 
@@ -443,7 +444,7 @@ class archive {
     const std::string_view name = m.name;
     npy_header h = header_of(m, d.contents, d.contents_size, d.mapped, d.contents_offset);
     if (h.type.has_object()) {
-      throw error(errc::object_array, path_, std::string(name), error::no_offset,
+      throw errors::object_array(path_, name, error::no_offset,
                   "pickled object arrays cannot be memory-mapped");
     }
     array_view::state& v = d.view;
@@ -507,7 +508,7 @@ std::optional<std::size_t> reader::find(std::string_view key) const { return a_-
 
 std::size_t reader::index_of(std::string_view key) const {
   if (auto i = a_->find(key)) return *i;
-  throw error(errc::not_found, a_->path(), std::string(key), error::no_offset,
+  throw errors::not_found(a_->path(), key, error::no_offset,
               "no such member in the archive");
 }
 

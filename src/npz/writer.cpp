@@ -67,11 +67,11 @@ struct writer::impl {
   bool crc_in_head = false;  // else it is patched into the local header at commit
 
   [[noreturn]] void refuse(std::string_view name, const std::string& why) const {
-    throw error(errc::invalid_argument, path, std::string(name), error::no_offset, why);
+    throw errors::invalid_argument(path, name, error::no_offset, why);
   }
 
   void check_open() const {
-    if (fd < 0) throw error(errc::invalid_argument, path, {}, error::no_offset, "writer is closed");
+    if (fd < 0) throw errors::invalid_argument(path, {}, error::no_offset, "writer is closed");
   }
 
   // The member's full name: `name` + `suffix`, refused when invalid or taken.
@@ -290,13 +290,13 @@ struct writer::impl {
       detail::pwrite_all(f, cd.data(), cd.size(), pos, path);
       // Drop what an abandoned member left beyond the end record.
       if (file_end > pos + cd.size() && ::ftruncate(f, static_cast<off_t>(pos + cd.size())) != 0) {
-        throw error(errc::io, path, {}, error::no_offset, "truncate", errno);
+        throw errors::os(path, "truncate", errno);
       }
     } catch (...) {
       ::close(f);
       throw;
     }
-    if (::close(f) != 0) throw error(errc::io, path, {}, error::no_offset, "close", errno);
+    if (::close(f) != 0) throw errors::os(path, "close", errno);
   }
 
   // Adds 64 spaces of padding to a .npy header (numpy accepts any header length).
@@ -330,7 +330,7 @@ writer::writer(const std::string& path, writer_options options) : p_(std::make_u
   p_->opt = options;
   const std::size_t a = options.alignment;
   if (a == 0 || a > max_alignment || (a & (a - 1)) != 0) {
-    throw error(errc::invalid_argument, path, {}, error::no_offset,
+    throw errors::invalid_argument(path, {}, error::no_offset,
                 "alignment " + std::to_string(a) + " is not a power of two from 1 to 65536");
   }
   int flags = O_RDWR | O_CLOEXEC | O_CREAT;
@@ -338,7 +338,7 @@ writer::writer(const std::string& path, writer_options options) : p_(std::make_u
   if (options.mode == open_mode::truncate) flags |= O_TRUNC;
   if (options.mode == open_mode::append) p_->open_append_if_exists();
   p_->fd = ::open(path.c_str(), flags, 0644);
-  if (p_->fd < 0) throw error(errc::io, path, {}, error::no_offset, "create", errno);
+  if (p_->fd < 0) throw errors::os(path, "create", errno);
 }
 
 writer::writer(writer&&) noexcept = default;
@@ -415,14 +415,14 @@ writer::stream::~stream() {
 bool writer::stream::owns() const { return w_ && w_->active && w_->member_id == id_; }
 void writer::stream::write(const void* data, std::size_t n) {
   if (!owns())
-    throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {}, error::no_offset,
+    throw errors::invalid_argument(w_ ? w_->path : std::string(), {}, error::no_offset,
                 "the stream's member was committed or abandoned");
   w_->write_data(data, n);
 }
 std::uint64_t writer::stream::remaining() const { return owns() ? w_->cur_left : 0; }
 void writer::stream::commit() {
   if (!owns())
-    throw error(errc::invalid_argument, w_ ? w_->path : std::string(), {}, error::no_offset,
+    throw errors::invalid_argument(w_ ? w_->path : std::string(), {}, error::no_offset,
                 "the stream's member was committed or abandoned");
   w_->commit();
 }
