@@ -84,22 +84,24 @@ bool skip_directory_record(byte_reader& r) {
 
 // ---- extra fields -------------------------------------------------------------------------
 
+bool next_extra(byte_reader& field, bool strict, extra_record& rec) {
+  if (field.remaining() < 4) return false;
+  rec.id = field.le16();
+  const std::uint16_t len = field.le16();
+  if (len > field.remaining()) {
+    if (!strict) return false;
+    field.fail("extra field record of " + std::to_string(len) +
+               " bytes runs past the extra field (" + std::to_string(field.remaining()) +
+               " bytes remain)");
+  }
+  rec.offset = field.offset();
+  rec.data = field.take_str(len, "extra field");
+  return true;
+}
+
 std::vector<extra_record> parse_extra(byte_reader& field, bool strict) {
   std::vector<extra_record> out;
-  while (field.remaining() >= 4) {
-    extra_record rec;
-    rec.id = field.le16();
-    const std::uint16_t len = field.le16();
-    if (len > field.remaining()) {
-      if (!strict) break;
-      field.fail("extra field record of " + std::to_string(len) +
-                 " bytes runs past the extra field (" + std::to_string(field.remaining()) +
-                 " bytes remain)");
-    }
-    rec.offset = field.offset();
-    rec.data = field.take_str(len, "extra field");
-    out.push_back(rec);
-  }
+  for (extra_record rec; next_extra(field, strict, rec);) out.push_back(rec);
   return out;
 }
 
@@ -190,7 +192,7 @@ local_header parse_local_header(byte_reader& r) {
   // and readers need only the header's lengths.
   byte_reader x(reinterpret_cast<const std::byte*>(h.extra.data()), h.extra.size(), extra_offset,
                 r.ctx(), r.code());
-  for (const extra_record& rec : parse_extra(x, /*strict=*/false)) {
+  for (extra_record rec; next_extra(x, /*strict=*/false, rec);) {
     if (rec.id != zip64_extra_id || rec.data.size() < 16) continue;
     byte_reader z(reinterpret_cast<const std::byte*>(rec.data.data()), rec.data.size(),
                   rec.offset, r.ctx(), r.code());
@@ -268,7 +270,7 @@ central_entry parse_central_entry(byte_reader& r, std::size_t index, std::string
   if (!cp437_to_utf8(e.name, e.flags, converted)) converted.clear();
   const detail::context mctx{r.ctx().path, converted.empty() ? e.name : converted};
   byte_reader extra(extra_bytes, extra_len, extra_offset, mctx, errc::corrupt_zip);
-  for (const extra_record& rec : parse_extra(extra)) {
+  for (extra_record rec; next_extra(extra, /*strict=*/true, rec);) {
     if (rec.id != zip64_extra_id) continue;
     // Each value is present only when its classic field is saturated.
     const zip64_values v = parse_zip64(

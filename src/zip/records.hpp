@@ -73,6 +73,9 @@ struct extra_record {
 /// corrupt_zip when `strict`, else ends the list; trailing bytes too few for a record header
 /// (some writers pad) are ignored.
 std::vector<extra_record> parse_extra(byte_reader& field, bool strict = true);
+/// The next record of an extra field into `rec` (parse_extra() one at a time, allocating
+/// nothing); false at the end.
+bool next_extra(byte_reader& field, bool strict, extra_record& rec);
 
 /// The values of a zip64 extended-information record, each present only when the caller
 /// says its classic field is saturated, in the fixed order of the APPNOTE.
