@@ -20,8 +20,8 @@ class CMakeBuild(build_ext):
         target_dir = pathlib.Path(self.get_ext_fullpath(ext.name)).parent.resolve()
         subprocess.run(
             ["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-             f"-DPython_EXECUTABLE={sys.executable}", "-DMMNPZ_PYTHON=ON", "-DMMNPZ_TESTS=OFF",
-             "-DMMNPZ_EXAMPLES=OFF"],
+             f"-DPython_EXECUTABLE={sys.executable}", "-DMMNPZ_BUILD_PYTHON=ON",
+             "-DMMNPZ_BUILD_TESTS=OFF", "-DMMNPZ_BUILD_EXAMPLES=OFF", "-DMMNPZ_BUILD_TOOLS=OFF"],
             check=True,
         )
         subprocess.run(["cmake", "--build", str(build), "--target", "_mmnpz", "-j",

@@ -4,5 +4,5 @@
 # checking every excerpt and reporting throughput (examples/audio_excerpts.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=build scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_EXAMPLES=ON > /dev/null
+BUILD_DIR=build scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_BUILD_EXAMPLES=ON > /dev/null
 exec env PYTHONPATH="$PWD/build/python" /usr/bin/python3 examples/audio_excerpts.py build/demo "$@"

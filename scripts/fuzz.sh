@@ -27,7 +27,8 @@ build=build-fuzz
 echo "== configure and build fuzz_reader (clang, libFuzzer, ASan+UBSan) in $build"
 mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DPython_EXECUTABLE=/usr/bin/python3 -DMMNPZ_FUZZ=ON -DMMNPZ_PYTHON=OFF -DMMNPZ_EXAMPLES=OFF \
+  -DPython_EXECUTABLE=/usr/bin/python3 -DMMNPZ_FUZZ=ON -DMMNPZ_BUILD_PYTHON=OFF \
+  -DMMNPZ_BUILD_EXAMPLES=OFF \
   > "$build/configure.log" || { cat "$build/configure.log" >&2; exit 1; }
 cmake --build "$build" --target fuzz_reader -j"$(nproc)"
 

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 echo "== build and test (RelWithDebInfo)"
-BUILD_DIR=build scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_EXAMPLES=ON
+BUILD_DIR=build scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_BUILD_EXAMPLES=ON
 (cd build && ctest --output-on-failure -j"$jobs")
 
 echo "== pip install --no-build-isolation . into a venv; pytest against the installed package"
@@ -20,7 +20,7 @@ build/venv/bin/pip install --no-build-isolation --quiet .
 
 echo "== ThreadSanitizer: many threads first-accessing one archive, and gathering from one dataset"
 BUILD_DIR=build-tsan BUILD_TARGET="test_reader test_gather test_dataset" scripts/setup.sh \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_TSAN=ON -DMMNPZ_EXAMPLES=OFF -DMMNPZ_PYTHON=OFF
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_TSAN=ON -DMMNPZ_BUILD_EXAMPLES=OFF -DMMNPZ_BUILD_PYTHON=OFF
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_reader -tc="*threads*"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_gather -tc="*many threads gathering*,*every thread count*,*background gathers*"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_dataset -tc="*many threads*"
@@ -29,6 +29,6 @@ echo "== fuzz the reader for a bounded time (libFuzzer, ASan + UBSan)"
 scripts/fuzz.sh "${MMNPZ_FUZZ_SECONDS:-120}"
 
 echo "== build and test with ASan + UBSan"
-BUILD_DIR=build-asan scripts/setup.sh -DCMAKE_BUILD_TYPE=Debug -DMMNPZ_SANITIZE=ON -DMMNPZ_EXAMPLES=OFF -DMMNPZ_PYTHON=OFF
+BUILD_DIR=build-asan scripts/setup.sh -DCMAKE_BUILD_TYPE=Debug -DMMNPZ_SANITIZE=ON -DMMNPZ_BUILD_EXAMPLES=OFF -DMMNPZ_BUILD_PYTHON=OFF
 # The >4 GiB files are written and read in the first run already.
 (cd build-asan && MMNPZ_SKIP_HUGE=1 ctest --output-on-failure -j"$jobs")

@@ -15,6 +15,7 @@
 #include "detail/names.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
+#include "zip/inflate.hpp"
 #include "zip/records.hpp"
 #include "mmnpz/npy.hpp"
 #include "npz/view_state.hpp"
@@ -299,12 +300,31 @@ class archive {
       return;
     }
     d.mapped = false;
-    // In place: a piece of the whole size is inflated into the buffer kept, in one piece.
     d.inflated = std::make_shared<std::vector<std::byte>>();
-    inflate_pieces(m, at, ctx, *d.inflated, m.uncompressed_size,
-                   [](const std::byte*, std::size_t) { return true; });
+    inflate_whole_member(m, at, ctx, *d.inflated);
     d.contents = d.inflated->data();
     d.contents_size = d.inflated->size();
+  }
+
+  // Inflates the deflated member at `at` into `out`, in one piece, and checks its size and
+  // CRC-32 against the directory. libdeflate does it, faster than zlib; when the size is not
+  // credible or libdeflate finds the stream bad, zlib's inflate_pieces says what is wrong.
+  void inflate_whole_member(const member_info& m, const located& at, const context& ctx,
+                            std::vector<std::byte>& out) const {
+    if (m.uncompressed_size / max_deflate_ratio <= m.compressed_size + 1) {
+      out.resize(static_cast<std::size_t>(m.uncompressed_size));
+      if (inflate_whole(at.data, m.compressed_size, out.data(), out.size()) == inflate_status::ok) {
+        const std::uint32_t crc = crc32_of(out.data(), out.size());
+        if (crc != m.crc32) {
+          ctx.fail(errc::checksum, at.offset,
+                   "CRC-32 is " + hex32(crc) + ", the central directory says " + hex32(m.crc32));
+        }
+        return;
+      }
+    }
+    // In place: a piece of the whole size is inflated into `out`, in one piece.
+    inflate_pieces(m, at, ctx, out, m.uncompressed_size,
+                   [](const std::byte*, std::size_t) { return true; });
   }
 
   // Checks the member's method, flags and local header; finds its bytes.
