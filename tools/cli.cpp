@@ -573,8 +573,11 @@ class help_formatter final : public CLI::Formatter {
  public:
   std::string make_help(const CLI::App* app, std::string name,
                         CLI::AppFormatMode mode) const override {
-    return make_usage(app, name) + make_description(app) + make_positionals(app) +
-           make_subcommands(app, mode) + make_groups(app, mode) + "\n" + make_footer(app);
+    std::string out = make_usage(app, name) + make_description(app) + make_positionals(app) +
+                      make_subcommands(app, mode) + make_groups(app, mode);
+    // CLI11 ends the groups with a blank line when the last group is the hidden one ("").
+    while (out.size() > 1 && out.compare(out.size() - 2, 2, "\n\n") == 0) out.pop_back();
+    return out + "\n" + make_footer(app);
   }
 
   std::string make_description(const CLI::App* app) const override {
