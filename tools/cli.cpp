@@ -10,103 +10,118 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "mmnpz/mmnpz.hpp"
 
 namespace mmnpz::cli {
 namespace {
 
-constexpr const char* usage = R"(usage: mmnpz COMMAND [ARGS...]   (mmnpz COMMAND --help for more)
+// What the exit status means, as `--help` and the README state it.
+constexpr int exit_ok = 0;
+constexpr int exit_failed = 1;  // a check failed, or an archive or file could not be read/written
+constexpr int exit_usage = 2;
 
-commands:
-  ls FILE...                 one line per member: name, dtype, shape, bytes, method, offset
-  info FILE...               a summary of each archive
-  verify FILE...             check every member's CRC-32 and headers (exit 1 if any is bad)
-  align IN OUT               rewrite an archive as stored, aligned members
-  merge OUT IN...            all members of IN... into a new aligned archive OUT
-  extract FILE MEMBER...     write members as files (arrays as .npy)
-  recover FILE               rebuild the directory after a writer died
-)";
+constexpr const char* exit_status_text =
+    "exit status: 0 success; 1 a failed check, or a bad or unreadable archive, or a file that\n"
+    "could not be written; 2 a usage error (unknown command or option, missing operand,\n"
+    "bad value, OUT or a target that exists).";
 
-const std::map<std::string, const char*> help = {
-    {"ls", R"(usage: mmnpz ls [--json] FILE...
-One line per member: name, dtype, shape, bytes, stored/deflated, data offset in the file, and
-the largest power of two (up to 4096) that the offset is a multiple of. --json prints one JSON
-array of objects per file instead.)"},
-    {"info", R"(usage: mmnpz info FILE...
-A summary: members, bytes, deflated members, how the array data is aligned, zip64, comment,
-bytes before the archive, duplicate names.)"},
-    {"verify", R"(usage: mmnpz verify [--quick] [--threads N] FILE...
-Decodes every member's local header and .npy header and checks its CRC-32, in parallel.
---quick checks the structure and the last member only. Exit status 0 only if all is well;
-each bad member is named on stderr.)"},
-    {"align", R"(usage: mmnpz align [--align N] [--decompress] IN OUT
-Rewrites IN as OUT with stored members whose array data is aligned to N bytes (default 64).
-Deflated members are refused unless --decompress is given: they are then stored inflated,
-streaming through a buffer of 8 MiB, so members larger than memory convert. OUT must not
-exist.)"},
-    {"merge", R"(usage: mmnpz merge [--align N] [--decompress] [--allow-duplicates] OUT IN...
-Writes every member of IN... into the new archive OUT, aligned. A name in more than one input
-is refused unless --allow-duplicates (readers then see the last one). --decompress stores
-deflated members inflated, streaming, as align does.)"},
-    {"extract", R"(usage: mmnpz extract [-o DIR] FILE MEMBER...
-Writes each member's contents to DIR (default .) under its name; an array member is a
-complete .npy file. MEMBER may omit ".npy". Existing files are not overwritten. Members are
-streamed (deflated ones inflated in pieces of 8 MiB), so members larger than memory extract.)"},
-    {"recover", R"(usage: mmnpz recover FILE
-Rebuilds the central directory of an archive whose writer died before closing it: keeps
-every complete member whose CRC-32 matches, cuts off the rest, and says what it did.)"},
+constexpr const char* json_text =
+    "Every command takes --json (its results as JSON on stdout, one value per line) and --\n"
+    "(every argument after it is an operand, even one that starts with '-').";
+
+// The writer's bound (writer_options::alignment): ls and info report alignments up to it.
+constexpr std::uint64_t max_alignment = 65536;
+
+struct command_text {
+  const char* name;
+  const char* summary;      // one line in `mmnpz --help`
+  const char* description;  // the paragraph of `mmnpz NAME --help`
+};
+
+const command_text commands[] = {
+    {"ls", "one line per member: name, dtype, shape, bytes, method, offset",
+     "One line per member: name, dtype, shape, bytes, stored/deflated, data offset in the file,\n"
+     "and the largest power of two (up to 65536) that the offset is a multiple of. --json\n"
+     "prints one JSON array of objects per FILE instead."},
+    {"info", "a summary of each archive",
+     "A summary: members, bytes, deflated members, how the array data is aligned (powers of\n"
+     "two up to 65536), zip64, comment, bytes before the archive, duplicate names. --json\n"
+     "prints one JSON object per FILE instead."},
+    {"verify", "check every member's CRC-32 and headers (exit 1 if any is bad)",
+     "Decodes every member's local header and .npy header and checks its CRC-32, in parallel.\n"
+     "--quick checks the structure and the last member only. Exit status 0 only if all is\n"
+     "well; each bad member is named on stderr. --json prints one JSON object per FILE."},
+    {"align", "rewrite an archive as stored, aligned members",
+     "Rewrites IN as OUT with stored members whose array data is aligned to N bytes (a power\n"
+     "of two from 1 to 65536, default 64). Deflated members are refused unless --decompress is\n"
+     "given: they are then stored inflated, streaming through a buffer of 8 MiB, so members\n"
+     "larger than memory convert. OUT must not exist."},
+    {"merge", "all members of IN... into a new aligned archive OUT",
+     "Writes every member of IN... into the new archive OUT, aligned. A name in more than one\n"
+     "input is refused unless --allow-duplicates (readers then see the last one). --decompress\n"
+     "stores deflated members inflated, streaming, as align does. OUT must not exist."},
+    {"extract", "write members as files (arrays as .npy)",
+     "Writes each member's contents to DIR (default .) under its name; an array member is a\n"
+     "complete .npy file. MEMBER may omit \".npy\". Existing files are not overwritten. Members\n"
+     "are streamed (deflated ones inflated in pieces of 8 MiB), so members larger than memory\n"
+     "extract. --json prints one JSON object per member written."},
+    {"recover", "rebuild the directory after a writer died",
+     "Rebuilds the central directory of an archive whose writer died before closing it: keeps\n"
+     "every complete member whose CRC-32 matches, cuts off the rest, and says what it did."},
 };
 
 struct usage_error {
   std::string message;
 };
 
-// Options and operands of one subcommand.
-struct args {
-  std::vector<std::string> operands;
-  std::map<std::string, std::string> options;  // "--align" -> "4096"; flags -> ""
-
-  bool has(const std::string& o) const { return options.count(o) != 0; }
+// What each command is given: filled by CLI11 from the command line, checked by the command.
+struct ls_options {
+  std::vector<std::string> files;
+  bool json = false;
 };
 
-args parse(const std::vector<std::string>& argv, const std::set<std::string>& flags,
-           const std::set<std::string>& valued) {
-  args a;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    const std::string& s = argv[i];
-    if (s.size() > 1 && s[0] == '-') {
-      if (flags.count(s)) {
-        a.options[s] = "";
-        continue;
-      }
-      if (valued.count(s)) {
-        if (i + 1 == argv.size()) throw usage_error{s + " needs a value"};
-        a.options[s] = argv[++i];
-        continue;
-      }
-      if (s != "-") throw usage_error{"unknown option " + s};
-    }
-    a.operands.push_back(s);
-  }
-  return a;
-}
+struct info_options {
+  std::vector<std::string> files;
+  bool json = false;
+};
 
-std::size_t number(const args& a, const std::string& option, std::size_t fallback) {
-  if (!a.has(option)) return fallback;
-  const std::string& v = a.options.at(option);
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0') throw usage_error{option + " takes a number, not '" + v + "'"};
-  return static_cast<std::size_t>(n);
-}
+struct verify_options {
+  std::vector<std::string> files;
+  bool quick = false;
+  std::size_t threads = std::thread::hardware_concurrency();  // 0 is taken as 1
+  bool json = false;
+};
+
+// align IN OUT and merge OUT IN...: both write a new archive.
+struct write_options {
+  std::vector<std::string> inputs;
+  std::string out;
+  std::size_t alignment = 64;
+  bool decompress = false;
+  bool allow_duplicates = false;
+  bool json = false;
+};
+
+struct extract_options {
+  std::string file;
+  std::vector<std::string> members;
+  std::string dir = ".";
+  bool json = false;
+};
+
+struct recover_options {
+  std::string file;
+  bool json = false;
+};
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::string out = "(";
@@ -138,8 +153,10 @@ std::string json_string(std::string_view s) {
   return out + "\"";
 }
 
+// The largest power of two, up to the writer's bound, that `offset` is a multiple of.
 std::uint64_t alignment_of(std::uint64_t offset) {
-  return offset == 0 ? 4096 : std::min<std::uint64_t>(offset & (~offset + 1), 4096);
+  return offset == 0 ? max_alignment
+                     : std::min<std::uint64_t>(offset & (~offset + 1), max_alignment);
 }
 
 // A progress line on stderr when it is a terminal; nothing in pipes.
@@ -173,12 +190,11 @@ class progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-int cmd_ls(const args& a) {
-  if (a.operands.empty()) throw usage_error{"ls needs at least one FILE"};
-  const bool json = a.has("--json");
-  for (const auto& path : a.operands) {
+int cmd_ls(const ls_options& a) {
+  const bool json = a.json;
+  for (const auto& path : a.files) {
     const reader r(path);
-    if (!json && a.operands.size() > 1) std::printf("%s:\n", path.c_str());
+    if (!json && a.files.size() > 1) std::printf("%s:\n", path.c_str());
     if (json) std::printf("[");
     for (std::size_t i = 0; i < r.size(); ++i) {
       const member_info& m = r.member(i);
@@ -233,12 +249,11 @@ int cmd_ls(const args& a) {
     }
     if (json) std::printf("]\n");
   }
-  return 0;
+  return exit_ok;
 }
 
-int cmd_info(const args& a) {
-  if (a.operands.empty()) throw usage_error{"info needs at least one FILE"};
-  for (const auto& path : a.operands) {
+int cmd_info(const info_options& a) {
+  for (const auto& path : a.files) {
     const reader r(path);
     std::uint64_t bytes = 0, deflated = 0, arrays = 0;
     std::map<std::uint64_t, std::size_t> alignments;
@@ -259,6 +274,22 @@ int cmd_info(const args& a) {
     }
     std::size_t duplicates = 0;
     for (const auto& kv : seen) duplicates += kv.second > 1;
+    if (a.json) {
+      std::string by_alignment;
+      for (const auto& kv : alignments) {
+        by_alignment += (by_alignment.empty() ? "\"" : ", \"") + std::to_string(kv.first) +
+                        "\": " + std::to_string(kv.second);
+      }
+      std::printf(
+          "{\"path\": %s, \"members\": %zu, \"bytes\": %llu, \"file_bytes\": %llu, "
+          "\"deflated\": %llu, \"zip64\": %s, \"alignments\": {%s}, \"leading_bytes\": %llu, "
+          "\"comment_bytes\": %zu, \"duplicate_names\": %zu}\n",
+          json_string(path).c_str(), r.size(), static_cast<unsigned long long>(bytes),
+          static_cast<unsigned long long>(r.file_size()), static_cast<unsigned long long>(deflated),
+          r.is_zip64() ? "true" : "false", by_alignment.c_str(),
+          static_cast<unsigned long long>(r.leading_bytes()), r.comment().size(), duplicates);
+      continue;
+    }
     std::printf("%s: %zu members, %llu bytes (%llu in the file), %llu deflated, zip64 %s\n",
                 path.c_str(), r.size(), static_cast<unsigned long long>(bytes),
                 static_cast<unsigned long long>(r.file_size()),
@@ -271,21 +302,19 @@ int cmd_info(const args& a) {
     std::printf("  bytes before the archive: %llu; comment: %zu bytes; duplicate names: %zu\n",
                 static_cast<unsigned long long>(r.leading_bytes()), r.comment().size(), duplicates);
   }
-  return 0;
+  return exit_ok;
 }
 
-int cmd_verify(const args& a) {
-  if (a.operands.empty()) throw usage_error{"verify needs at least one FILE"};
-  const std::size_t threads =
-      std::max<std::size_t>(1, number(a, "--threads", std::thread::hardware_concurrency()));
-  int status = 0;
-  for (const auto& path : a.operands) {
+int cmd_verify(const verify_options& a) {
+  const std::size_t threads = std::max<std::size_t>(1, a.threads);
+  int status = exit_ok;
+  for (const auto& path : a.files) {
     std::vector<std::string> bad;
     std::size_t checked = 0;
     try {
       const reader r(path);
       std::vector<std::size_t> todo;
-      if (a.has("--quick")) {
+      if (a.quick) {
         if (r.size()) todo.push_back(r.size() - 1);
       } else {
         for (std::size_t i = 0; i < r.size(); ++i) todo.push_back(i);
@@ -330,9 +359,17 @@ int cmd_verify(const args& a) {
     }
     std::sort(bad.begin(), bad.end());
     for (const auto& b : bad) std::fprintf(stderr, "%s\n", b.c_str());
-    std::printf("%s: %s (%zu members checked%s)\n", path.c_str(), bad.empty() ? "OK" : "BAD",
-                checked, bad.empty() ? "" : (", " + std::to_string(bad.size()) + " bad").c_str());
-    if (!bad.empty()) status = 1;
+    if (a.json) {
+      std::string problems;
+      for (const auto& b : bad) problems += (problems.empty() ? "" : ", ") + json_string(b);
+      std::printf("{\"path\": %s, \"ok\": %s, \"checked\": %zu, \"bad\": [%s]}\n",
+                  json_string(path).c_str(), bad.empty() ? "true" : "false", checked,
+                  problems.c_str());
+    } else {
+      std::printf("%s: %s (%zu members checked%s)\n", path.c_str(), bad.empty() ? "OK" : "BAD",
+                  checked, bad.empty() ? "" : (", " + std::to_string(bad.size()) + " bad").c_str());
+    }
+    if (!bad.empty()) status = exit_failed;
   }
   return status;
 }
@@ -423,14 +460,19 @@ void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
   }
 }
 
-int write_archive(const std::string& out, const std::vector<std::string>& inputs, const args& a) {
+int write_archive(const write_options& a) {
+  const std::string& out = a.out;
+  const std::size_t n = a.alignment;
+  if (n == 0 || n > max_alignment || (n & (n - 1)) != 0) {
+    throw usage_error{"--align " + std::to_string(n) + " is not a power of two from 1 to 65536"};
+  }
   if (exists(out)) throw usage_error{"'" + out + "' exists: choose a new OUT"};
   writer_options o;
-  o.alignment = number(a, "--align", 64);
-  o.allow_duplicate_names = a.has("--allow-duplicates");
+  o.alignment = a.alignment;
+  o.allow_duplicate_names = a.allow_duplicates;
   std::vector<reader> readers;
   std::uint64_t total = 0;
-  for (const auto& p : inputs) {
+  for (const auto& p : a.inputs) {
     readers.emplace_back(p);
     for (std::size_t i = 0; i < readers.back().size(); ++i) {
       total += readers.back().member(i).uncompressed_size;
@@ -440,7 +482,7 @@ int write_archive(const std::string& out, const std::vector<std::string>& inputs
   w.emplace(out, o);
   try {
     progress bar("write", total);
-    for (const auto& r : readers) copy_members(r, *w, a.has("--decompress"), bar);
+    for (const auto& r : readers) copy_members(r, *w, a.decompress, bar);
     w->close();
   } catch (...) {
     w.reset();  // a half-written OUT is not left behind
@@ -449,19 +491,14 @@ int write_archive(const std::string& out, const std::vector<std::string>& inputs
   }
   std::size_t members = 0;
   for (const auto& r : readers) members += r.size();
-  std::printf("wrote %s: %zu members, data aligned to %zu bytes\n", out.c_str(), members,
-              o.alignment);
-  return 0;
-}
-
-int cmd_align(const args& a) {
-  if (a.operands.size() != 2) throw usage_error{"align needs IN and OUT"};
-  return write_archive(a.operands[1], {a.operands[0]}, a);
-}
-
-int cmd_merge(const args& a) {
-  if (a.operands.size() < 2) throw usage_error{"merge needs OUT and at least one IN"};
-  return write_archive(a.operands[0], {a.operands.begin() + 1, a.operands.end()}, a);
+  if (a.json) {
+    std::printf("{\"path\": %s, \"members\": %zu, \"alignment\": %zu}\n", json_string(out).c_str(),
+                members, o.alignment);
+  } else {
+    std::printf("wrote %s: %zu members, data aligned to %zu bytes\n", out.c_str(), members,
+                o.alignment);
+  }
+  return exit_ok;
 }
 
 // Writes the contents of member `i` to the new file `target` as read() streams them, so that
@@ -490,12 +527,11 @@ void extract_member(const reader& r, std::size_t i, const std::string& target) {
   }
 }
 
-int cmd_extract(const args& a) {
-  if (a.operands.size() < 2) throw usage_error{"extract needs FILE and at least one MEMBER"};
-  const std::string dir = a.has("-o") ? a.options.at("-o") : ".";
-  const reader r(a.operands[0]);
-  for (std::size_t k = 1; k < a.operands.size(); ++k) {
-    const std::size_t i = r.index_of(a.operands[k]);
+int cmd_extract(const extract_options& a) {
+  const std::string& dir = a.dir;
+  const reader r(a.file);
+  for (const auto& key : a.members) {
+    const std::size_t i = r.index_of(key);
     const std::string name(r.member(i).name);
     const std::string base = name.substr(name.rfind('/') + 1);  // never outside DIR
     if (base.empty() || base == "." || base == "..") {
@@ -504,60 +540,304 @@ int cmd_extract(const args& a) {
     const std::string target = dir + "/" + base;
     if (exists(target)) throw usage_error{"'" + target + "' exists: not overwritten"};
     extract_member(r, i, target);
-    std::printf("%s\n", target.c_str());
+    if (a.json) {
+      std::printf("{\"member\": %s, \"path\": %s}\n", json_string(name).c_str(),
+                  json_string(target).c_str());
+    } else {
+      std::printf("%s\n", target.c_str());
+    }
   }
-  return 0;
+  return exit_ok;
 }
 
-int cmd_recover(const args& a) {
-  if (a.operands.size() != 1) throw usage_error{"recover needs one FILE"};
-  const recover_result r = recover(a.operands[0]);
-  if (r.directory_was_intact) {
-    std::printf("%s: intact, %zu members; nothing changed\n", a.operands[0].c_str(),
-                r.members_recovered);
+int cmd_recover(const recover_options& a) {
+  const recover_result r = recover(a.file);
+  if (a.json) {
+    std::printf("{\"path\": %s, \"intact\": %s, \"members\": %zu, \"bytes_cut\": %llu}\n",
+                json_string(a.file).c_str(), r.directory_was_intact ? "true" : "false",
+                r.members_recovered, static_cast<unsigned long long>(r.bytes_cut));
+  } else if (r.directory_was_intact) {
+    std::printf("%s: intact, %zu members; nothing changed\n", a.file.c_str(), r.members_recovered);
   } else {
     std::printf("%s: recovered %zu members; cut off %llu bytes of incomplete data\n",
-                a.operands[0].c_str(), r.members_recovered,
-                static_cast<unsigned long long>(r.bytes_cut));
+                a.file.c_str(), r.members_recovered, static_cast<unsigned long long>(r.bytes_cut));
   }
-  return 0;
+  return exit_ok;
 }
+
+constexpr std::size_t help_column = 26;  // where the help's descriptions start
+
+// The help of every command: the usage line first (made from the options, so that the two never
+// disagree), then the description, the operands, the options and the footer.
+class help_formatter final : public CLI::Formatter {
+ public:
+  std::string make_help(const CLI::App* app, std::string name,
+                        CLI::AppFormatMode mode) const override {
+    std::string out = make_usage(app, name) + make_description(app) + make_positionals(app) +
+                      make_subcommands(app, mode) + make_groups(app, mode);
+    // CLI11 ends the groups with a blank line when the last group is the hidden one ("").
+    while (out.size() > 1 && out.compare(out.size() - 2, 2, "\n\n") == 0) out.pop_back();
+    return out + "\n" + make_footer(app);
+  }
+
+  std::string make_description(const CLI::App* app) const override {
+    return app->get_description().empty() ? "" : app->get_description() + "\n";
+  }
+
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    std::string out = "usage: " + name;
+    for (const CLI::Option* o : app->get_options()) {
+      if (o->get_positional() || o == app->get_help_ptr() || o->get_group().empty()) continue;
+      out += " [" + o->get_name();
+      if (!o->get_type_name().empty()) out += " " + o->get_type_name();
+      out += "]";
+    }
+    if (!app->get_subcommands({}).empty()) {
+      return out + " COMMAND [ARGS...]   (" + name + " COMMAND --help for more)\n";
+    }
+    const auto operands = app->get_options([](const CLI::Option* o) { return shown_operand(o); });
+    if (!operands.empty()) out += " [--]";
+    for (const CLI::Option* o : operands) out += " " + operand_name(o);
+    return out + "\n";
+  }
+
+  // The root's list of commands: each with its operands and one line of what it does.
+  std::string make_subcommands(const CLI::App* app, CLI::AppFormatMode) const override {
+    if (app->get_subcommands({}).empty()) return {};
+    std::string out = "\ncommands:\n";
+    for (const command_text& c : commands) {
+      std::string left = std::string(c.name);
+      const CLI::App* sub = app->get_subcommand(c.name);
+      for (const CLI::Option* o : sub->get_options()) {
+        if (shown_operand(o)) left += " " + operand_name(o);
+      }
+      left.resize(std::max<std::size_t>(left.size() + 1, help_column - 2), ' ');
+      out += "  " + left + c.summary + "\n";
+    }
+    return out;
+  }
+
+ private:
+  static bool shown_operand(const CLI::Option* o) {
+    return o->get_positional() && !o->get_group().empty();
+  }
+
+  static std::string operand_name(const CLI::Option* o) {
+    return o->get_name(true) + (o->get_items_expected_max() > 1 ? "..." : "");
+  }
+};
+
+// One CLI11 subcommand per command, each bound to its options; run() parses and runs one.
+class command_line {
+  struct command {
+    const char* needs;               // the usage error when operands are missing or left over
+    std::function<bool()> complete;  // are the command's operands all there
+    std::function<int()> run;
+  };
+
+ public:
+  command_line() {
+    app_.formatter(std::make_shared<help_formatter>());
+    app_.get_formatter()->label("Positionals", "operands");
+    app_.option_defaults()->group("options");
+    app_.get_formatter()->column_width(help_column);
+    app_.set_help_flag("-h,--help", "print this help and exit")->group("options");
+    app_.set_version_flag("--version", std::string("mmnpz ") + version_string,
+                          "print the version and exit");
+    app_.footer(std::string(json_text) + "\n\n" + exit_status_text);
+    app_.require_subcommand(0, 1);
+    app_.allow_extras();
+
+    CLI::App* c = add("ls");
+    c->add_option("FILE", ls_.files, "archives to list")->type_name("");
+    finish(c, ls_.json,
+           {"ls needs at least one FILE", [this] { return !ls_.files.empty(); },
+            [this] { return cmd_ls(ls_); }});
+
+    c = add("info");
+    c->add_option("FILE", info_.files, "archives to summarise")->type_name("");
+    finish(c, info_.json,
+           {"info needs at least one FILE", [this] { return !info_.files.empty(); },
+            [this] { return cmd_info(info_); }});
+
+    c = add("verify");
+    c->add_flag("--quick", verify_.quick, "check the structure and the last member only");
+    c->add_option("--threads", verify_.threads, "check N members at a time (default: one per core)")
+        ->type_name("N");
+    c->add_option("FILE", verify_.files, "archives to check")->type_name("");
+    finish(c, verify_.json,
+           {"verify needs at least one FILE", [this] { return !verify_.files.empty(); },
+            [this] { return cmd_verify(verify_); }});
+
+    c = add("align");
+    add_write_options(c, align_);
+    c->add_option("IN", align_in_, "the archive to rewrite")->type_name("");
+    c->add_option("OUT", align_.out, "the new archive")->type_name("");
+    finish(c, align_.json,
+           {"align needs IN and OUT",
+            [c] { return c->get_option("IN")->count() == 1 && c->get_option("OUT")->count() == 1; },
+            [this] {
+              align_.inputs = {align_in_};
+              return write_archive(align_);
+            }});
+
+    c = add("merge");
+    add_write_options(c, merge_);
+    c->add_flag("--allow-duplicates", merge_.allow_duplicates,
+                "allow a name in more than one input (readers see the last one)");
+    c->add_option("OUT", merge_.out, "the new archive")->type_name("");
+    c->add_option("IN", merge_.inputs, "the archives whose members it gets, in order")
+        ->type_name("");
+    finish(c, merge_.json,
+           {"merge needs OUT and at least one IN",
+            [this, c] { return c->get_option("OUT")->count() == 1 && !merge_.inputs.empty(); },
+            [this] { return write_archive(merge_); }});
+
+    c = add("extract");
+    c->add_option("-o", extract_.dir, "the directory to write into (default .)")->type_name("DIR");
+    c->add_option("FILE", extract_.file, "the archive")->type_name("");
+    c->add_option("MEMBER", extract_.members,
+                  "members to write, by name (\".npy\" may be left out)")
+        ->type_name("");
+    finish(c, extract_.json,
+           {"extract needs FILE and at least one MEMBER",
+            [this, c] { return c->get_option("FILE")->count() == 1 && !extract_.members.empty(); },
+            [this] { return cmd_extract(extract_); }});
+
+    c = add("recover");
+    c->add_option("FILE", recover_.file, "the archive to repair in place")->type_name("");
+    finish(c, recover_.json,
+           {"recover needs one FILE", [c] { return c->get_option("FILE")->count() == 1; },
+            [this] { return cmd_recover(recover_); }});
+  }
+
+  int run(std::vector<std::string> argv) {
+    if (argv.size() >= 2 && argv[1] == "help") {  // "help [COMMAND]" is "[COMMAND] --help"
+      argv.erase(argv.begin() + 1);
+      argv.push_back("--help");
+    }
+    if (argv.size() < 2) {
+      std::fputs(app_.help().c_str(), stderr);
+      return exit_usage;
+    }
+    const std::string& first = argv[1];
+    if ((first.empty() || first[0] != '-') && commands_.count(first) == 0) {
+      std::fprintf(stderr, "mmnpz: unknown command '%s'\n%s", first.c_str(), app_.help().c_str());
+      return exit_usage;
+    }
+    try {
+      app_.parse(std::vector<std::string>(argv.rbegin(), argv.rend() - 1));  // CLI11 pops the back
+      CLI::App* sub = app_.get_subcommands().empty() ? nullptr : app_.get_subcommands().front();
+      check_leftovers(sub);
+      if (!sub) {
+        std::fputs(app_.help().c_str(), stderr);
+        return exit_usage;
+      }
+      return commands_.at(sub->get_name()).run();
+    } catch (const CLI::CallForHelp&) {
+      std::fputs(app_.help().c_str(), stdout);
+      return exit_ok;
+    } catch (const CLI::CallForVersion& e) {
+      std::printf("%s\n", e.what());
+      return exit_ok;
+    } catch (const CLI::ParseError& e) {
+      return usage(e.what());
+    } catch (const usage_error& e) {
+      return usage(e.message);
+    } catch (const error& e) {
+      std::fprintf(stderr, "%s: %s\n", prefix().c_str(), e.what());
+      return exit_failed;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: %s\n", prefix().c_str(), e.what());
+      return exit_failed;
+    }
+  }
+
+ private:
+  CLI::App* add(const char* name) {
+    const command_text* text = nullptr;
+    for (const command_text& c : commands) {
+      if (std::strcmp(c.name, name) == 0) text = &c;
+    }
+    CLI::App* c = app_.add_subcommand(name, text->description);
+    c->footer(exit_status_text);
+    c->get_help_ptr()->group("options");
+    c->allow_extras();  // unknown options and extra operands are refused in our words
+    return c;
+  }
+
+  // Every command's last option and operand: --json, and a hidden operand that takes what
+  // follows the command's own operands. That one keeps "--" with the command: CLI11 2.1 hands a
+  // "--" to the parent when the command has no operand left to fill, and the parent then takes
+  // "-x.npz" after it for an option.
+  void finish(CLI::App* c, bool& json, command cmd) {
+    c->add_flag("--json", json, "print the results as JSON, one value per line");
+    c->add_option("EXTRA", extra_operand_)->group("");
+    commands_[c->get_name()] = std::move(cmd);
+  }
+
+  static void add_write_options(CLI::App* c, write_options& o) {
+    c->add_option("--align", o.alignment,
+                  "array data at multiples of N bytes, a power of two up to 65536 (default 64)")
+        ->type_name("N");
+    c->add_flag("--decompress", o.decompress,
+                "store deflated members inflated, streaming, instead of refusing them");
+  }
+
+  // What CLI11 left over: unknown options (before "--") and operands beyond the last one.
+  void check_leftovers(const CLI::App* sub) const {
+    std::vector<std::string> left = sub ? sub->remaining() : std::vector<std::string>{};
+    for (const auto& s : app_.remaining()) left.push_back(s);
+    bool operands_only = false;
+    for (const auto& s : left) {
+      if (s == "--" && !operands_only) {
+        operands_only = true;
+        continue;
+      }
+      if (!operands_only && s.size() > 1 && s[0] == '-') throw usage_error{"unknown option " + s};
+    }
+    if (!sub) {
+      for (const auto& s : left) {
+        if (s != "--") throw usage_error{"unknown command '" + s + "'"};
+      }
+      return;
+    }
+    const bool extra =
+        sub->get_option("EXTRA")->count() != 0 ||
+        std::any_of(left.begin(), left.end(), [](const auto& s) { return s != "--"; });
+    const command& cmd = commands_.at(sub->get_name());
+    if (extra || !cmd.complete()) throw usage_error{cmd.needs};
+  }
+
+  std::string prefix() const {
+    return app_.get_subcommands().empty() ? "mmnpz"
+                                          : "mmnpz " + app_.get_subcommands().front()->get_name();
+  }
+
+  int usage(const std::string& message) const {
+    std::fprintf(stderr, "%s: %s\n%s", prefix().c_str(), message.c_str(), app_.help().c_str());
+    return exit_usage;
+  }
+
+  CLI::App app_{"", "mmnpz"};
+  std::map<std::string, command> commands_;
+  ls_options ls_;
+  info_options info_;
+  verify_options verify_;
+  std::string align_in_;
+  std::string extra_operand_;  // the first operand past a command's last one
+  write_options align_;
+  write_options merge_;
+  extract_options extract_;
+  recover_options recover_;
+};
 
 }  // namespace
 
 int main(const std::vector<std::string>& argv) {
-  if (argv.size() < 2 || argv[1] == "--help" || argv[1] == "-h" || argv[1] == "help") {
-    std::fputs(usage, argv.size() < 2 ? stderr : stdout);
-    return argv.size() < 2 ? 2 : 0;
-  }
-  const std::string command = argv[1];
-  const std::vector<std::string> rest(argv.begin() + 2, argv.end());
-  const auto h = help.find(command);
-  if (h == help.end()) {
-    std::fprintf(stderr, "mmnpz: unknown command '%s'\n%s", command.c_str(), usage);
-    return 2;
-  }
-  if (std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
-    std::printf("%s\n", h->second);
-    return 0;
-  }
-  try {
-    if (command == "ls") return cmd_ls(parse(rest, {"--json"}, {}));
-    if (command == "info") return cmd_info(parse(rest, {}, {}));
-    if (command == "verify") return cmd_verify(parse(rest, {"--quick"}, {"--threads"}));
-    if (command == "align") return cmd_align(parse(rest, {"--decompress"}, {"--align"}));
-    if (command == "merge") {
-      return cmd_merge(parse(rest, {"--decompress", "--allow-duplicates"}, {"--align"}));
-    }
-    if (command == "extract") return cmd_extract(parse(rest, {}, {"-o"}));
-    return cmd_recover(parse(rest, {}, {}));
-  } catch (const usage_error& e) {
-    std::fprintf(stderr, "mmnpz %s: %s\n%s\n", command.c_str(), e.message.c_str(), h->second);
-    return 2;
-  } catch (const error& e) {
-    std::fprintf(stderr, "mmnpz %s: %s\n", command.c_str(), e.what());
-    return 1;
-  }
+  const int status = command_line().run(argv);
+  std::fflush(stdout);  // a Python caller may print next, through its own buffer
+  return status;
 }
 
 }  // namespace mmnpz::cli

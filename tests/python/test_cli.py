@@ -1,11 +1,15 @@
 """The mmnpz command line: the executable MMNPZ_CLI when set (CTest), else python3 -m mmnpz."""
+import importlib.metadata
 import io
 import json
 import os
+import pathlib
+import re
 import shutil
 import struct
 import subprocess
 import sys
+import sysconfig
 import warnings
 import zipfile
 import zlib
@@ -361,3 +365,282 @@ def test_usage_errors_exit_2_with_a_sentence():
     assert missing.returncode == 2 and "align needs IN and OUT" in missing.stderr
     bad_option = run("ls", "--nope", "x.npz")
     assert bad_option.returncode == 2 and "unknown option --nope" in bad_option.stderr
+
+
+# --- version, help, "--", --json on every command, the installed command -----------------------
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+COMMANDS = ["ls", "info", "verify", "align", "merge", "extract", "recover"]
+
+
+def header_version():
+    """The version include/mmnpz/version.hpp states."""
+    text = (ROOT / "include" / "mmnpz" / "version.hpp").read_text()
+    parts = [re.search(rf"#define MMNPZ_VERSION_{k} (\d+)", text).group(1)
+             for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(parts)
+
+
+def test_version_prints_the_version_of_version_hpp():
+    out = run("--version")
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"mmnpz {header_version()}\n", "")
+    assert mmnpz.__version__ == header_version()
+
+
+def test_python_m_mmnpz_runs_the_same_command_line(mixed):
+    """python -m mmnpz (the extension's main()) prints what the executable prints."""
+    for args in (["--version"], ["--help"], ["ls", mixed], ["info", "--json", mixed],
+                 ["verify", mixed], ["ls", "--nope", mixed], ["frob"]):
+        want = run(*args)
+        got = subprocess.run([sys.executable, "-m", "mmnpz"] + [str(a) for a in args],
+                             capture_output=True, text=True)
+        assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout,
+                                                            want.stderr), args
+
+
+def installed_distribution():
+    """The mmnpz-native distribution that the imported mmnpz package belongs to, or None when
+    mmnpz is imported from a build tree (PYTHONPATH) rather than installed by pip."""
+    try:
+        dist = importlib.metadata.distribution("mmnpz-native")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    init = pathlib.Path(dist.locate_file("mmnpz/__init__.py")).resolve()
+    return dist if init == pathlib.Path(mmnpz.__file__).resolve() else None
+
+
+def test_pip_installs_the_mmnpz_command(mixed):
+    """pip install . puts an `mmnpz` command on the environment's bin that runs the CLI."""
+    dist = installed_distribution()
+    if dist is None:
+        pytest.skip("mmnpz is imported from a build tree, not installed by pip")
+    scripts = {e.name: e.value for e in dist.entry_points if e.group == "console_scripts"}
+    assert scripts == {"mmnpz": "mmnpz.__main__:main"}
+    command = pathlib.Path(sysconfig.get_path("scripts")) / "mmnpz"
+    assert command.is_file() and os.access(command, os.X_OK)
+    assert dist.metadata["License"] == "MIT" and dist.version == header_version()
+    for args in (["--version"], ["ls", "--json", mixed], ["align"]):
+        want = subprocess.run([sys.executable, "-m", "mmnpz"] + [str(a) for a in args],
+                              capture_output=True, text=True)
+        got = subprocess.run([str(command)] + [str(a) for a in args], capture_output=True,
+                             text=True)
+        assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout,
+                                                            want.stderr), args
+    assert got.returncode == 2 and "align needs IN and OUT" in got.stderr
+
+
+def test_help_and_readme_agree():
+    """The README shows `mmnpz --help` as it prints, and each command's usage line."""
+    readme = (ROOT / "README.md").read_text()
+    top = run("--help")
+    assert top.returncode == 0 and top.stdout in readme
+    for word in ("exit status: 0 success; 1 a failed check", "2 a usage error", "--json", "--version"):
+        assert word in top.stdout
+    for command in COMMANDS:
+        out = run(command, "--help")
+        assert out.returncode == 0, command
+        assert "--json" in out.stdout and "exit status: 0 success" in out.stdout, command
+        usage = out.stdout.splitlines()[0]
+        assert usage in readme, usage
+        assert run("help", command).stdout == out.stdout
+        assert "4096" not in out.stdout and "\n\n\n" not in out.stdout
+
+
+@pytest.mark.parametrize("command", ["ls", "info", "align", "merge"])
+def test_help_states_alignments_up_to_65536(command):
+    out = run(command, "--help")
+    assert out.returncode == 0 and "65536" in out.stdout
+
+
+def test_ls_and_info_report_alignments_up_to_65536(mixed, tmp_path):
+    aligned = tmp_path / "aligned.npz"
+    assert run("align", "--align", "65536", mixed, aligned).returncode == 0
+    rows = json.loads(run("ls", "--json", aligned).stdout)
+    arrays = [row for row in rows if row["dtype"] is not None]
+    assert len(arrays) == 3
+    assert all(row["offset"] % 65536 == 0 and row["alignment"] == 65536 for row in arrays)
+    info = json.loads(run("info", "--json", aligned).stdout)
+    assert info["alignments"] == {"65536": 3}
+    assert "stored arrays by data alignment (bytes): 65536: 3\n" in run("info", aligned).stdout
+    for bad in ("3", "131072", "0"):
+        out = run("align", "--align", bad, mixed, tmp_path / "never.npz")
+        assert out.returncode == 2, bad
+        assert f"--align {bad} is not a power of two from 1 to 65536" in out.stderr
+    assert not (tmp_path / "never.npz").exists()
+
+
+def test_double_dash_ends_options(tmp_path):
+    np.savez(tmp_path / "-x.npz", a=np.arange(3))
+    refused = run("ls", "-x.npz", cwd=tmp_path)
+    assert refused.returncode == 2 and "unknown option -x.npz" in refused.stderr
+    ls = run("ls", "--json", "--", "-x.npz", cwd=tmp_path)
+    assert ls.returncode == 0, ls.stderr
+    assert [row["name"] for row in json.loads(ls.stdout)] == ["a.npy"]
+    two = run("ls", "-x.npz", "--", "-x.npz", cwd=tmp_path)  # options end at "--" only
+    assert two.returncode == 2 and "unknown option -x.npz" in two.stderr
+    assert run("verify", "--", "-x.npz", cwd=tmp_path).stdout == "-x.npz: OK (1 members checked)\n"
+    assert run("info", "--", "-x.npz", cwd=tmp_path).returncode == 0
+    done = run("align", "--align", "128", "--", "-x.npz", "-y.npz", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == "wrote -y.npz: 1 members, data aligned to 128 bytes\n"
+    assert np.array_equal(np.load(tmp_path / "-y.npz")["a"], np.arange(3))
+    out = run("extract", "-o", "out", "--", "-x.npz", "a", cwd=tmp_path)
+    assert out.returncode == 1 and "'out/a.npy'" in out.stderr  # no directory out: an I/O error
+    (tmp_path / "out").mkdir()
+    out = run("extract", "-o", "out", "--", "-x.npz", "a", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "out/a.npy\n"
+    assert run("recover", "--", "-x.npz", cwd=tmp_path).returncode == 0
+    extra = run("recover", "--", "-x.npz", "-y.npz", cwd=tmp_path)
+    assert extra.returncode == 2 and "recover needs one FILE" in extra.stderr
+
+
+def ls_text_rows(stdout):
+    """The columns of `mmnpz ls` for one FILE (fixed widths: the shape holds spaces)."""
+    rows = []
+    for line in stdout.splitlines():
+        cells = [line[0:24], line[25:35], line[36:52], line[53:65], line[66:74], line[75:87],
+                 line[88:93]]
+        rows.append([c.strip() for c in cells])
+    return rows
+
+
+def test_ls_json_agrees_with_ls(mixed, tmp_path):
+    compressed = write_mixed(tmp_path / "compressed.npz", np.savez_compressed)
+    for path in (mixed, compressed):
+        text = run("ls", path)
+        rows = json.loads(run("ls", "--json", path).stdout)
+        assert [[r["name"], r["dtype"] or "-",
+                 str(tuple(r["shape"])) if r["shape"] is not None else "-", str(r["bytes"]),
+                 r["method"], "-" if r["offset"] is None else str(r["offset"]),
+                 "-" if r["alignment"] is None else str(r["alignment"])]
+                for r in rows] == ls_text_rows(text.stdout)
+    both = run("ls", "--json", mixed, compressed)  # one array per FILE, one per line
+    assert [len(json.loads(line)) for line in both.stdout.splitlines()] == [4, 4]
+
+
+INFO = re.compile(
+    r"(?P<path>.*): (?P<members>\d+) members, (?P<bytes>\d+) bytes \((?P<file_bytes>\d+) in the "
+    r"file\), (?P<deflated>\d+) deflated, zip64 (?P<zip64>yes|no)\n"
+    r"  stored arrays by data alignment \(bytes\):(?P<alignments>.*)\n"
+    r"  bytes before the archive: (?P<leading_bytes>\d+); comment: (?P<comment_bytes>\d+) bytes; "
+    r"duplicate names: (?P<duplicate_names>\d+)\n")
+
+
+def test_info_json_agrees_with_info(mixed, tmp_path):
+    compressed = write_mixed(tmp_path / "compressed.npz", np.savez_compressed)
+    with zipfile.ZipFile(mixed, "a") as z:
+        z.comment = b"twelve bytes"
+    text = run("info", mixed, compressed)
+    js = run("info", "--json", mixed, compressed)
+    assert text.returncode == js.returncode == 0
+    objects = [json.loads(line) for line in js.stdout.splitlines()]
+    matches = list(INFO.finditer(text.stdout))
+    assert len(objects) == len(matches) == 2
+    for got, m in zip(objects, matches):
+        alignments = m["alignments"].strip()
+        want = {
+            "path": m["path"], "zip64": m["zip64"] == "yes",
+            "alignments": {} if alignments == "none" else
+            {k: int(v) for k, v in re.findall(r"(\d+): (\d+)", alignments)},
+            **{k: int(m[k]) for k in ("members", "bytes", "file_bytes", "deflated",
+                                      "leading_bytes", "comment_bytes", "duplicate_names")}}
+        assert got == want
+    assert objects[0]["comment_bytes"] == 12 and objects[0]["deflated"] == 0
+    assert objects[1]["deflated"] == 4 and objects[1]["alignments"] == {}
+    assert objects[0]["path"] == str(mixed) and sum(objects[0]["alignments"].values()) == 3
+
+
+def test_verify_json_agrees_with_verify(mixed, tmp_path):
+    data = bytearray(mixed.read_bytes())
+    data[mmnpz.load(mixed).info("a").offset] ^= 0xFF
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(bytes(data))
+    missing = tmp_path / "missing.npz"
+    text = run("verify", mixed, bad, missing)
+    js = run("verify", "--json", mixed, bad, missing)
+    assert text.returncode == js.returncode == 1
+    assert js.stderr == text.stderr  # each bad member is still named on stderr
+    objects = [json.loads(line) for line in js.stdout.splitlines()]
+    assert [o["path"] for o in objects] == [str(mixed), str(bad), str(missing)]
+    assert [o["ok"] for o in objects] == [True, False, False]
+    assert [o["checked"] for o in objects] == [4, 4, 0]
+    assert objects[0]["bad"] == [] and len(objects[1]["bad"]) == len(objects[2]["bad"]) == 1
+    assert f"{bad}: member 'a.npy'" in objects[1]["bad"][0]
+    assert "No such file or directory" in objects[2]["bad"][0]
+    want = [f"{o['path']}: {'OK' if o['ok'] else 'BAD'} ({o['checked']} members checked"
+            + ("" if o["ok"] else f", {len(o['bad'])} bad") + ")" for o in objects]
+    assert text.stdout.splitlines() == want
+    assert sorted(text.stderr.splitlines()) == sorted(objects[1]["bad"] + objects[2]["bad"])
+
+
+def test_align_and_merge_json_agree_with_their_text(mixed, tmp_path):
+    other = tmp_path / "other.npz"
+    np.savez(other, b=np.arange(3))
+    for command, operands in (("align", lambda out: [mixed, out]),
+                              ("merge", lambda out: [out, mixed, other])):
+        text = run(command, "--align", "256", *operands(tmp_path / f"{command}_text.npz"))
+        js = run(command, "--json", "--align", "256", *operands(tmp_path / f"{command}_json.npz"))
+        assert text.returncode == js.returncode == 0, (text.stderr, js.stderr)
+        got = json.loads(js.stdout)
+        assert got == {"path": str(tmp_path / f"{command}_json.npz"),
+                       "members": 4 if command == "align" else 5, "alignment": 256}
+        assert text.stdout == (f"wrote {tmp_path / f'{command}_text.npz'}: {got['members']} "
+                               f"members, data aligned to 256 bytes\n")
+        assert np.load(got["path"]).files == np.load(tmp_path / f"{command}_text.npz").files
+
+
+def test_extract_json_agrees_with_extract(mixed, tmp_path):
+    for name in ("text", "json"):
+        (tmp_path / name).mkdir()
+    text = run("extract", "-o", tmp_path / "text", mixed, "a", "readme.txt")
+    js = run("extract", "--json", "-o", tmp_path / "json", mixed, "a", "readme.txt")
+    assert text.returncode == js.returncode == 0
+    objects = [json.loads(line) for line in js.stdout.splitlines()]
+    assert objects == [{"member": "a.npy", "path": f"{tmp_path / 'json'}/a.npy"},
+                       {"member": "readme.txt", "path": f"{tmp_path / 'json'}/readme.txt"}]
+    assert text.stdout.splitlines() == [o["path"].replace("/json/", "/text/") for o in objects]
+    for o in objects:
+        assert pathlib.Path(o["path"]).read_bytes() == \
+            pathlib.Path(o["path"].replace("/json/", "/text/")).read_bytes()
+
+
+def test_recover_json_agrees_with_recover(tmp_path):
+    path = tmp_path / "cut.npz"
+    with mmnpz.NpzWriter(path) as w:
+        for i in range(5):
+            w.write(f"m{i}", np.full(1000, i))
+    cut = path.read_bytes()[: mmnpz.load(path).info("m3").offset + 100]
+    (tmp_path / "text.npz").write_bytes(cut)
+    (tmp_path / "json.npz").write_bytes(cut)
+    text = run("recover", tmp_path / "text.npz")
+    js = run("recover", "--json", tmp_path / "json.npz")
+    assert text.returncode == js.returncode == 0
+    got = json.loads(js.stdout)
+    with zipfile.ZipFile(path) as z:  # m3 and m4 are cut off from m3's local header on
+        m3_header = z.getinfo("m3.npy").header_offset
+    assert got == {"path": str(tmp_path / "json.npz"), "intact": False, "members": 3,
+                   "bytes_cut": len(cut) - m3_header}
+    assert text.stdout == (f"{tmp_path / 'text.npz'}: recovered 3 members; cut off "
+                           f"{got['bytes_cut']} bytes of incomplete data\n")
+    again = json.loads(run("recover", "--json", tmp_path / "json.npz").stdout)
+    assert again == {"path": str(tmp_path / "json.npz"), "intact": True, "members": 3,
+                     "bytes_cut": 0}
+    assert run("recover", tmp_path / "text.npz").stdout == \
+        f"{tmp_path / 'text.npz'}: intact, 3 members; nothing changed\n"
+
+
+def test_every_command_takes_json_and_prints_only_json_lines(mixed, tmp_path):
+    (tmp_path / "x").mkdir()
+    runs = {
+        "ls": ["ls", "--json", mixed], "info": ["info", "--json", mixed],
+        "verify": ["verify", "--json", mixed],
+        "align": ["align", "--json", mixed, tmp_path / "a.npz"],
+        "merge": ["merge", "--json", tmp_path / "m.npz", mixed],
+        "extract": ["extract", "--json", "-o", tmp_path / "x", mixed, "a"],
+        "recover": ["recover", "--json", tmp_path / "a.npz"],
+    }
+    assert sorted(runs) == sorted(COMMANDS)
+    for command, args in runs.items():
+        out = run(*args)
+        assert out.returncode == 0 and out.stderr == "", (command, out.stderr)
+        assert out.stdout.endswith("\n") and len(out.stdout.splitlines()) == 1, command
+        json.loads(out.stdout)
