@@ -60,16 +60,20 @@ class InputError(Exception):
     """An input that cannot be packed; the message says why."""
 
 
+class SizeError(argparse.ArgumentTypeError, ValueError):
+    """A size that parse_size cannot read."""
+
+
 def parse_size(text):
     """Bytes from "4096", "64K", "512M", "2G", "1.5T" (K, M, G, T: powers of 1024; a trailing
     "B" or "iB" is allowed)."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not m:
-        raise argparse.ArgumentTypeError(
+        raise SizeError(
             f"{text!r} is not a size (a number of bytes, or with K, M, G or T: 512M, 2G)")
     value = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
+        raise SizeError(f"{text!r}: the size must be positive")
     return value
 
 
@@ -221,8 +225,8 @@ def read_audio(path, soundfile_module=None):
                                  f"{_SOUNDFILE_HINT}") from None
             return read_soundfile(path, sf)
         except (EOFError, struct.error) as e:
-            raise InputError(f"truncated or not a WAV file ({e or 'unexpected end of file'})"
-                             ) from None
+            why = str(e) or "unexpected end of file"
+            raise InputError(f"truncated or not a WAV file ({why})") from None
     sf = soundfile_module or _soundfile()
     if sf is None:
         ext = os.path.splitext(path)[1]
@@ -344,39 +348,45 @@ def _report(path, message):
     print(f"pack: {path}: {message}", file=sys.stderr, flush=True)
 
 
-def main(argv=None):
-    """Runs ``pack`` with ``argv`` (without the program name; default sys.argv[1:]); returns
-    the exit status: 0, 1 when an input was skipped or the run stopped, 2 for a usage error."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:  # --help, or a usage error already printed
-        return e.code if isinstance(e.code, int) else 2
-    try:
-        if args.out.endswith(".npz") and os.path.dirname(args.out):
-            os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        writer = ShardWriter(args.out, max_bytes=args.max_bytes, max_items=args.max_items,
-                             align=args.align)
-    except ValueError as e:
-        print(f"pack: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"pack: {_os_message(e)}", file=sys.stderr)
-        return 1
-    stem = os.path.realpath(args.out)[:-len(".npz")]
-    own = re.compile(re.escape(stem) + r"-[0-9]{5,}(-of-[0-9]{5,})?\.npz(\.partial)?")
-    inputs = [i for i in find_inputs(args.inputs) if not own.fullmatch(os.path.realpath(i.path))]
+Result = collections.namedtuple("Result",
+                                "spec paths packed members bytes skipped stopped error")
+Result.__doc__ = """What run() did: the shard spec and the shard paths, the inputs packed, the
+members and bytes (of array data and raw members) written, the inputs skipped, whether the
+run stopped early (--strict, or a write error) and the write error (an OSError) or None."""
 
-    progress = Progress(len(inputs), args.progress or sys.stderr.isatty())
+
+def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict=False,
+        progress=None, report=None):
+    """Packs ``inputs`` (paths of files and directories) into shards named after ``out``, as
+    the command does; returns a :class:`Result` (``result.spec`` opens them as a Dataset).
+    ``max_bytes`` may be a size string ("512M"). An input that cannot be read is passed to
+    ``report(path, message)`` (default: a line on stderr) and skipped, or with ``strict``
+    stops the run. ``progress``: a bar on stderr (None: when stderr is a terminal). Raises
+    ValueError for bad options and OSError when the shards cannot be created or written."""
+    if isinstance(max_bytes, str):
+        max_bytes = parse_size(max_bytes)
+    if not isinstance(jobs, int) or jobs <= 0:
+        raise ValueError(f"jobs must be a positive int, not {jobs!r}")
+    out = os.fsdecode(os.fspath(out))
+    inputs = [os.fsdecode(os.fspath(i)) for i in inputs]
+    report = report or _report
+    if out.endswith(".npz") and os.path.dirname(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+    writer = ShardWriter(out, max_bytes=max_bytes, max_items=max_items, align=align)
+    stem = os.path.realpath(out)[:-len(".npz")]
+    own = re.compile(re.escape(stem) + r"-[0-9]{5,}(-of-[0-9]{5,})?\.npz(\.partial)?")
+    found = [i for i in find_inputs(inputs) if not own.fullmatch(os.path.realpath(i.path))]
+
+    bar = Progress(len(found), sys.stderr.isatty() if progress is None else progress)
     soundfile_module = _soundfile()
-    skipped = packed = members = 0
-    written = 0
-    stopped = None
-    with writer, concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+    packed = skipped = members = written = done = 0
+    stopped, error = False, None
+    with writer, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         pending = collections.deque()
-        upcoming = iter(inputs)
+        upcoming = iter(found)
 
         def fill():
-            while len(pending) < 2 * args.jobs:
+            while len(pending) < 2 * jobs:
                 item = next(upcoming, None)
                 if item is None:
                     return
@@ -384,16 +394,14 @@ def main(argv=None):
 
         try:
             fill()
-            done = 0
             while pending:
                 item, future = pending.popleft()
                 fill()
+                decoded = None
                 try:
                     try:
                         decoded = future.result()
-                    except InputError as e:
-                        raise InputError(str(e)) from None
-                    except (ValueError, RuntimeError, EOFError) as e:
+                    except (ValueError, RuntimeError, EOFError) as e:  # not foreseen by decode
                         raise InputError(f"{type(e).__name__}: {e}") from None
                     for name, value in decoded:
                         try:
@@ -409,30 +417,52 @@ def main(argv=None):
                     packed += 1
                 except InputError as e:
                     skipped += 1
-                    _report(item.path, e)
-                    if args.strict:
-                        stopped = item.path
+                    report(item.path, str(e))
+                    if strict:
+                        stopped = True
                         break
                 finally:
-                    decoded = None  # drop the arrays (and mappings) of written inputs
+                    del decoded  # the arrays (and mappings) of an input are dropped once written
                 done += 1
-                progress.update(done, written, writer.shards)
-            progress.update(done, written, writer.shards, final=True)
-        except OSError as e:  # writing failed: nothing more can be written
-            print(f"pack: {_os_message(e)}", file=sys.stderr, flush=True)
-            stopped = stopped or "write error"
+                bar.update(done, written, writer.shards)
+            bar.update(done, written, writer.shards, final=True)
+        except OSError as e:  # writing failed; the shards so far are closed and renamed
+            stopped, error = True, e
         finally:
             for _, future in pending:
                 future.cancel()
-    summary = (f"packed {packed} input{'s' if packed != 1 else ''} ({members} members, "
-               f"{_format_bytes(written)}) into {len(writer.paths)} "
-               f"shard{'s' if len(writer.paths) != 1 else ''}: {writer.spec}")
-    if skipped:
-        summary += f"; {skipped} skipped"
-    if stopped:
+    return Result(writer.spec, writer.paths, packed, members, written, skipped, stopped, error)
+
+
+def main(argv=None):
+    """Runs ``pack`` with ``argv`` (without the program name; default sys.argv[1:]); prints a
+    summary line on stdout and returns the exit status: 0; 1 when an input was skipped, the run
+    stopped or writing failed; 2 for a usage error."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help, or a usage error already printed
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        r = run(args.out, args.inputs, max_bytes=args.max_bytes, max_items=args.max_items,
+                align=args.align, jobs=args.jobs, strict=args.strict,
+                progress=True if args.progress else None)
+    except ValueError as e:  # the options, checked before anything is written
+        print(f"pack: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the first shard cannot be created
+        print(f"pack: {_os_message(e)}", file=sys.stderr)
+        return 1
+    if r.error:
+        print(f"pack: {_os_message(r.error)}", file=sys.stderr)
+    summary = (f"packed {r.packed} input{'s' if r.packed != 1 else ''} ({r.members} members, "
+               f"{_format_bytes(r.bytes)}) into {len(r.paths)} "
+               f"shard{'s' if len(r.paths) != 1 else ''}: {r.spec}")
+    if r.skipped:
+        summary += f"; {r.skipped} skipped"
+    if r.stopped:
         summary += "; stopped early"
     print(summary, flush=True)
-    return 1 if skipped or stopped else 0
+    return 1 if r.skipped or r.stopped else 0
 
 
 if __name__ == "__main__":

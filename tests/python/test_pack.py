@@ -358,3 +358,47 @@ def test_a_float_wav_without_soundfile_says_how_to_install_it(tmp_path, capsys, 
     assert err == (f"pack: {tmp_path}/f.wav: Python's wave module cannot read this WAV file "
                    "(unknown format: 3); reading it needs the soundfile module: "
                    "apt-get install python3-soundfile\n")
+
+
+def test_a_write_error_stops_the_run_and_keeps_the_shards_written_before(tmp_path):
+    # Files may not grow past 64 KiB in the child: the big array's write fails with EFBIG.
+    np.save(tmp_path / "a.npy", np.arange(1000))
+    np.save(tmp_path / "b.npy", np.zeros(100_000))
+    np.save(tmp_path / "c.npy", np.arange(10))
+    script = (
+        "import resource, signal, sys\n"
+        "from mmnpz import pack\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
+        "sys.exit(pack.main(sys.argv[1:]))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out" / "o.npz"),
+                           *(str(tmp_path / f"{n}.npy") for n in "abc"), "--max-items", "1"],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 1
+    assert done.stderr == (f"pack: cannot write '{tmp_path}/out/o-00001.npz.partial': "
+                           "File too large\n")
+    assert done.stdout == (f"packed 1 input (1 members, 7.8 KiB) into 1 shard: "
+                           f"{tmp_path}/out/o@1.npz; stopped early\n")
+    assert os.listdir(tmp_path / "out") == ["o-00000-of-00001.npz"]
+    assert_same_array(np.load(tmp_path / "out" / "o-00000-of-00001.npz")["a"],
+                      np.load(tmp_path / "a.npy"), "a")
+
+
+def test_run_returns_the_spec_and_reports_through_a_callable(tmp_path):
+    _wav_folder(tmp_path / "wavs", 4, frames=3000)
+    (tmp_path / "wavs" / "bad.wav").write_bytes(b"RIFF")
+    reports = []
+    r = pack.run(tmp_path / "o" / "t.npz", [tmp_path / "wavs"], max_bytes="8K",
+                 report=lambda path, message: reports.append((path, message)))
+    assert reports == [(str(tmp_path / "wavs" / "bad.wav"),
+                        "truncated or not a WAV file (unexpected end of file)")]
+    assert (r.packed, r.members, r.skipped, r.stopped, r.error) == (4, 8, 1, False, None)
+    assert r.spec == f"{tmp_path}/o/t@4.npz"
+    assert r.paths == [f"{tmp_path}/o/t-0000{k}-of-00004.npz" for k in range(4)]
+    d = mmnpz.Dataset(r.spec, select="clip_*[0-9]")
+    assert [d.name(i) for i in range(len(d))] == [f"clip_00{k}" for k in range(4)]
+    with pytest.raises(ValueError, match="'8Q' is not a size"):
+        pack.run(tmp_path / "x.npz", [tmp_path / "wavs"], max_bytes="8Q")
+    with pytest.raises(ValueError, match="jobs must be a positive int, not 0"):
+        pack.run(tmp_path / "x.npz", [tmp_path / "wavs"], jobs=0)
