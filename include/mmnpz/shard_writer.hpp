@@ -74,6 +74,19 @@ class shard_writer {
   /// Writes a member that is not an array under exactly `name`, as writer::write_bytes().
   void write_bytes(std::string_view name, const void* data, std::size_t n);
 
+  /// The most that write() of such an array adds to a shard's file: what max_bytes counts.
+  std::uint64_t bound(std::string_view name, const dtype& type,
+                      const std::vector<std::uint64_t>& shape, bool fortran_order = false) const;
+  /// The most that write_bytes() of `n` bytes under `name` adds to a shard's file.
+  std::uint64_t bound_bytes(std::string_view name, std::uint64_t n) const;
+
+  /// Keeps the next `items` members in one shard (an array and its metadata, say): begins a
+  /// new shard now unless the current one is empty or has room for `items` more members of
+  /// `bytes` (the sum of their bound() and bound_bytes()), and then begins none before those
+  /// `items` writes were made (refused ones count). Members that together pass the limits
+  /// thus get a shard of their own. Refused after close().
+  void keep_together(std::uint64_t items, std::uint64_t bytes);
+
   /// Closes the current shard and renames every shard to its final name (when nothing was
   /// written: one empty shard, NAME-00000-of-00001.npz). Idempotent. A shard left empty
   /// because the item that began it was refused is removed.

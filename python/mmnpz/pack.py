@@ -28,6 +28,8 @@ An input that cannot be read is reported by name on stderr and skipped (the exit
 then 1), or with ``--strict`` stops the run (exit status 1). Stopping loses nothing: the
 shards written so far, and the last one with what it holds, are closed and renamed.
 ``--jobs N`` decodes N inputs at a time in threads; members are written in input order.
+``--max-items`` counts members; an audio file's samples and sidecar always share a shard (the
+two alone when they pass the limits together).
 """
 
 import argparse
@@ -288,6 +290,7 @@ class Progress:
         self.enabled = enabled
         self.last_draw = 0.0
         self.last_tenth = -1
+        self.last_done = -1
 
     def update(self, done, written, shards, final=False):
         if not self.enabled:
@@ -304,8 +307,8 @@ class Progress:
                   file=sys.stderr, flush=True)
         else:
             tenth = 10 * done // self.total
-            if tenth != self.last_tenth or final:
-                self.last_tenth = tenth
+            if tenth != self.last_tenth or (final and done != self.last_done):
+                self.last_tenth, self.last_done = tenth, done
                 print(f"pack: {text}", file=sys.stderr, flush=True)
 
 
@@ -325,7 +328,8 @@ def _parser():
     p.add_argument("--max-bytes", type=parse_size, metavar="SIZE",
                    help="largest shard file (bytes, or 512M, 2G...); no limit by default")
     p.add_argument("--max-items", type=_positive_int, metavar="N",
-                   help="most members per shard (an audio file makes two); no limit by default")
+                   help="most members per shard (an audio file makes two, always in one "
+                        "shard); no limit by default")
     p.add_argument("--align", type=_positive_int, default=64, metavar="N",
                    help="array data starts at a multiple of N bytes (a power of two up to 65536; "
                         "default 64)")
@@ -403,17 +407,18 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
                         decoded = future.result()
                     except (ValueError, RuntimeError, EOFError) as e:  # not foreseen by decode
                         raise InputError(f"{type(e).__name__}: {e}") from None
-                    for name, value in decoded:
-                        try:
-                            if isinstance(value, (bytes, bytearray, memoryview)):
-                                writer.write_bytes(name, value)
-                                written += len(value)
-                            else:
-                                writer.write(name, value)
-                                written += value.nbytes
-                        except ValueError as e:  # a name the archive refuses
-                            raise InputError(str(e)) from None
-                        members += 1
+                    try:
+                        if item.path.lower().endswith(ARRAY_EXTENSIONS):
+                            for name, value in decoded:
+                                writer.write_group([(name, value)])
+                                members += 1
+                        else:  # audio and its sidecar, in one shard
+                            writer.write_group(decoded)
+                            members += len(decoded)
+                    except ValueError as e:  # a name the archive refuses
+                        raise InputError(str(e)) from None
+                    written += sum(len(v) if isinstance(v, bytes) else v.nbytes
+                                   for _, v in decoded)
                     packed += 1
                 except InputError as e:
                     skipped += 1

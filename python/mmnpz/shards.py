@@ -86,29 +86,58 @@ class ShardWriter:
             raise ValueError(f"{self.path}: the shard names are known once the writer is closed")
         return self._writer.spec
 
-    def write(self, name, array):
-        """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'`` of
-        the current shard or a new one. C- and Fortran-contiguous arrays are written from their
-        memory; other arrays are copied to C order first."""
-        if not isinstance(name, str):
-            raise TypeError(f"member names must be str, not {type(name).__name__}")
+    @staticmethod
+    def _array(name, array):
+        """(bytes, descr, shape, fortran_order) of what write() writes."""
+        ShardWriter._check_name(name)
         array = np.asanyarray(array)
         if array.dtype.hasobject:
             raise ValueError(f"{name!r}: object arrays cannot be written (they need pickle)")
         descr = repr(np.lib.format.dtype_to_descr(array.dtype))
         if array.flags.f_contiguous and not array.flags.c_contiguous:
-            self._writer.write(name, _raw_bytes(array.T), descr, array.shape, True)
-            return
+            return _raw_bytes(array.T), descr, array.shape, True
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
-        self._writer.write(name, _raw_bytes(array), descr, array.shape, False)
+        return _raw_bytes(array), descr, array.shape, False
+
+    @staticmethod
+    def _check_name(name):
+        if not isinstance(name, str):
+            raise TypeError(f"member names must be str, not {type(name).__name__}")
+
+    def write(self, name, array):
+        """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'`` of
+        the current shard or a new one. C- and Fortran-contiguous arrays are written from their
+        memory; other arrays are copied to C order first."""
+        self._writer.write(name, *self._array(name, array))
 
     def write_bytes(self, name, data):
         """Writes ``data`` (bytes or any contiguous buffer) as member ``name``, nothing
         appended: a JSON or text sidecar, for example."""
-        if not isinstance(name, str):
-            raise TypeError(f"member names must be str, not {type(name).__name__}")
+        self._check_name(name)
         self._writer.write_bytes(name, data)
+
+    def write_group(self, members):
+        """Writes ``(name, value)`` pairs into one shard (an array and its JSON sidecar, say):
+        ``bytes``, ``bytearray`` and ``memoryview`` values as :meth:`write_bytes` does, others
+        as :meth:`write`. A new shard begins first unless the current one has room for all of
+        them; members that together pass the limits get a shard of their own."""
+        prepared, total = [], 0
+        for name, value in members:
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                self._check_name(name)
+                total += self._writer.bound_bytes(name, memoryview(value).nbytes)
+                prepared.append((name, value, None))
+            else:
+                array = self._array(name, value)
+                total += self._writer.bound(name, *array[1:])
+                prepared.append((name, None, array))
+        self._writer.keep_together(len(prepared), min(total, 2**64 - 1))
+        for name, data, array in prepared:
+            if array is None:
+                self._writer.write_bytes(name, data)
+            else:
+                self._writer.write(name, *array)
 
     def close(self):
         """Closes the last shard and renames the shards to their final names (idempotent)."""

@@ -410,6 +410,16 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
             w.write_bytes(name, info.ptr, static_cast<std::size_t>(info.size * info.itemsize));
           },
           py::arg("name"), py::arg("data"))
+      .def(
+          "bound",
+          [](const mmnpz::shard_writer& w, const std::string& name, const std::string& descr,
+             const std::vector<std::uint64_t>& shape, bool fortran_order) {
+            return w.bound(name, mmnpz::parse_descr(descr), shape, fortran_order);
+          },
+          py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false)
+      .def("bound_bytes", &mmnpz::shard_writer::bound_bytes, py::arg("name"), py::arg("n"))
+      .def("keep_together", &mmnpz::shard_writer::keep_together, py::arg("items"),
+           py::arg("bytes"))
       .def("close", &mmnpz::shard_writer::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("closed", &mmnpz::shard_writer::closed)
       .def_property_readonly("paths", &mmnpz::shard_writer::paths)

@@ -76,6 +76,7 @@ struct shard_writer::impl {
   std::uint64_t shard_items = 0;           // items in the current shard
   std::uint64_t shard_bytes = 0;           // upper bound of the current shard's file size
   std::uint64_t items = 0;
+  std::uint64_t together = 0;  // members still to write into the current shard, whatever fits
   std::unordered_set<std::string> names;  // full names written, across shards
   std::vector<std::string> final_paths;
   bool closed = false;
@@ -100,6 +101,20 @@ struct shard_writer::impl {
     shard_bytes = end_records_size;
   }
 
+  bool fits(std::uint64_t more_items, std::uint64_t bytes) const {
+    if (shard_items == 0) return true;  // whatever it is, it gets this shard
+    const bool too_many = opt.max_items && saturating_add(shard_items, more_items) > *opt.max_items;
+    const bool too_big = opt.max_bytes && saturating_add(shard_bytes, bytes) > *opt.max_bytes;
+    return !too_many && !too_big;
+  }
+
+  void next_shard() {
+    writer done = std::move(*current);
+    current.reset();
+    done.close();
+    begin_shard();
+  }
+
   // Makes room for an item of `bytes` (an upper bound of what it adds to a shard's file) named
   // `full`: refuses a duplicate name, then begins a new shard when the item does not fit.
   void prepare(const std::string& full, std::uint64_t bytes) {
@@ -109,15 +124,10 @@ struct shard_writer::impl {
       throw errors::invalid_argument(path, full, error::no_offset,
                                      "a shard already has a member of that name");
     }
-    if (shard_items > 0) {
-      const bool too_many = opt.max_items && shard_items + 1 > *opt.max_items;
-      const bool too_big = opt.max_bytes && saturating_add(shard_bytes, bytes) > *opt.max_bytes;
-      if (too_many || too_big) {
-        writer done = std::move(*current);
-        current.reset();
-        done.close();
-        begin_shard();
-      }
+    if (together > 0) {
+      --together;
+    } else if (!fits(1, bytes)) {
+      next_shard();
     }
   }
 
@@ -194,19 +204,36 @@ shard_writer::~shard_writer() {
   }
 }
 
-void shard_writer::write(std::string_view name, const void* data, const dtype& type,
-                         const std::vector<std::uint64_t>& shape, bool fortran_order) {
-  std::string full(name);
-  full += ".npy";
-  // The bound of what the item adds; an array whose size overflows is refused by the writer.
+std::uint64_t shard_writer::bound(std::string_view name, const dtype& type,
+                                  const std::vector<std::uint64_t>& shape,
+                                  bool fortran_order) const {
+  // An array whose size overflows counts as unbounded (write() refuses it).
   std::uint64_t nbytes = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t header = 0;
   if (!type.has_object() && shape.size() <= max_npy_ndim &&
       array_nbytes(shape, type.itemsize(), nbytes)) {
     header = make_npy_header(type, shape, fortran_order).size();
   }
-  const std::uint64_t bytes = saturating_add(saturating_add(nbytes, header),
-                                             member_overhead(full.size(), p_->opt.alignment));
+  return saturating_add(saturating_add(nbytes, header),
+                        member_overhead(name.size() + 4, p_->opt.alignment));
+}
+
+std::uint64_t shard_writer::bound_bytes(std::string_view name, std::uint64_t n) const {
+  return saturating_add(n, member_overhead(name.size(), p_->opt.alignment));
+}
+
+void shard_writer::keep_together(std::uint64_t items, std::uint64_t bytes) {
+  p_->check_open();
+  if (!p_->current) p_->begin_shard();
+  if (!p_->fits(items, bytes)) p_->next_shard();
+  p_->together = items;
+}
+
+void shard_writer::write(std::string_view name, const void* data, const dtype& type,
+                         const std::vector<std::uint64_t>& shape, bool fortran_order) {
+  std::string full(name);
+  full += ".npy";
+  const std::uint64_t bytes = bound(name, type, shape, fortran_order);
   p_->prepare(full, bytes);
   p_->current->write(name, data, type, shape, fortran_order);
   p_->committed(std::move(full), bytes);
@@ -214,7 +241,7 @@ void shard_writer::write(std::string_view name, const void* data, const dtype& t
 
 void shard_writer::write_bytes(std::string_view name, const void* data, std::size_t n) {
   std::string full(name);
-  const std::uint64_t bytes = saturating_add(n, member_overhead(full.size(), p_->opt.alignment));
+  const std::uint64_t bytes = bound_bytes(name, n);
   p_->prepare(full, bytes);
   p_->current->write_bytes(name, data, n);
   p_->committed(std::move(full), bytes);

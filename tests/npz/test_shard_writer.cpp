@@ -181,6 +181,54 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
     CHECK(test::python(script, dir) == expected);
   }
 
+  TEST_CASE("keep_together puts the next members in one shard, a new one when they do not fit") {
+    const std::string dir = scratch_dir("shards_together");
+    mmnpz::shard_writer_options o;
+    o.max_items = 3;
+    mmnpz::shard_writer w(dir + "/g.npz", o);
+    const auto a = item(9);
+    const std::string meta = R"({"sample_rate": 16000})";
+    const auto group = [&](const std::string& name) {
+      w.keep_together(2, w.bound(name, mmnpz::dtype::of<std::int32_t>(), {10}) +
+                             w.bound_bytes(name + ".json", meta.size()));
+      w.write(name, a.data(), {10});
+      w.write_bytes(name + ".json", meta.data(), meta.size());
+    };
+    w.write("a", a.data(), {10});
+    group("x");  // 1 + 2 members fit in 3
+    group("y");  // a new shard
+    w.write("b", a.data(), {10});
+    w.write("c", a.data(), {10});  // a new shard: max_items
+    w.close();
+    CHECK(mmnpz::reader(w.paths()[0]).names() == std::vector<std::string>{"a", "x", "x.json"});
+    CHECK(mmnpz::reader(w.paths()[1]).names() == std::vector<std::string>{"y", "y.json", "b"});
+    CHECK(mmnpz::reader(w.paths()[2]).names() == std::vector<std::string>{"c"});
+  }
+
+  TEST_CASE("members kept together that pass the limits get a shard of their own") {
+    const std::string dir = scratch_dir("shards_together_big");
+    mmnpz::shard_writer_options o;
+    o.max_items = 1;
+    o.max_bytes = 2048;
+    mmnpz::shard_writer w(dir + "/g.npz", o);
+    const std::vector<std::uint8_t> big(3000, 1);
+    const std::uint64_t bytes = w.bound("big", mmnpz::dtype::of<std::uint8_t>(), {3000});
+    CHECK(bytes > 3000);
+    CHECK(bytes < 3000 + 1024);
+    w.write("first", big.data(), {10});
+    w.keep_together(2, bytes + w.bound_bytes("big.txt", 3));
+    w.write("big", big.data(), {3000});
+    w.write_bytes("big.txt", "abc", 3);
+    w.write("last", big.data(), {10});
+    w.close();
+    CHECK(members_per_shard(w.paths()) == std::vector<std::size_t>{1, 2, 1});
+    CHECK(mmnpz::reader(w.paths()[1]).names() == std::vector<std::string>{"big", "big.txt"});
+    CHECK_THROWS_WITH_AS(
+        w.keep_together(1, 1),
+        (dir + "/g.npz: the shard writer is closed; nothing more can be written").c_str(),
+        mmnpz::error);
+  }
+
   TEST_CASE("writing nothing gives one empty shard") {
     const std::string dir = scratch_dir("shards_empty");
     mmnpz::shard_writer w(dir + "/e.npz");

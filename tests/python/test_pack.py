@@ -282,7 +282,9 @@ def test_progress_only_when_asked_off_a_terminal(tmp_path, capsys):
     status, out, err = run_pack([tmp_path / "b.npz", tmp_path / "wavs", "--progress"], capsys)
     assert status == 0
     lines = err.splitlines()
-    assert lines[-1].startswith("pack: 3/3 inputs, ") and lines[-1].endswith(", 1 shard")
+    assert [line.split(",")[0] for line in lines] == ["pack: 1/3 inputs", "pack: 2/3 inputs",
+                                                      "pack: 3/3 inputs"]
+    assert lines[-1].endswith(", 1 shard")
     assert out.startswith("packed 3 inputs (6 members")
 
 
@@ -402,3 +404,15 @@ def test_run_returns_the_spec_and_reports_through_a_callable(tmp_path):
         pack.run(tmp_path / "x.npz", [tmp_path / "wavs"], max_bytes="8Q")
     with pytest.raises(ValueError, match="jobs must be a positive int, not 0"):
         pack.run(tmp_path / "x.npz", [tmp_path / "wavs"], jobs=0)
+
+
+def test_an_audio_file_and_its_sidecar_share_a_shard(tmp_path, capsys):
+    _wav_folder(tmp_path / "wavs", 5, frames=1000)
+    for argv in (["--max-items", "3"], ["--max-bytes", "5K"]):
+        for old in glob.glob(str(tmp_path / "o-*")):
+            os.remove(old)
+        assert run_pack([tmp_path / "o.npz", tmp_path / "wavs", *argv], capsys)[0] == 0
+        paths = sorted(glob.glob(str(tmp_path / "o-*-of-*.npz")))
+        assert len(paths) == 5, argv
+        for k, path in enumerate(paths):
+            assert mmnpz.load(path).files == [f"clip_00{k}", f"clip_00{k}.json"]

@@ -136,3 +136,21 @@ def test_errors_read_as_sentences(tmp_path):
         assert str(e.value) == f"{out}: the shard writer is closed; nothing more can be written"
     assert w.paths == [str(tmp_path / "t-00000-of-00001.npz")]
     assert "closed" in repr(w)
+
+
+def test_write_group_keeps_an_array_and_its_sidecar_in_one_shard(tmp_path):
+    a = np.arange(100, dtype=np.int16)
+    with mmnpz.ShardWriter(tmp_path / "g.npz", max_items=3) as w:
+        w.write("first", a)
+        for name in ("x", "y"):
+            w.write_group([(name, a), (f"{name}.json", b'{"sample_rate": 8000}')])
+        w.write_group([("alone", a[::2])])  # strided: copied as write() does
+    assert [mmnpz.load(p).files for p in w.paths] == [["first", "x", "x.json"],
+                                                    ["y", "y.json", "alone"]]
+    with np.load(w.paths[1]) as f:
+        assert_same_array(f["alone"], a[::2].copy(), "alone")
+    with mmnpz.ShardWriter(tmp_path / "big.npz", max_bytes=1024) as w:
+        w.write("s", a[:10])
+        w.write_group([("big", np.zeros(4000, np.uint8)), ("big.json", b"{}")])
+        w.write("t", a[:10])
+    assert [mmnpz.load(p).files for p in w.paths] == [["s"], ["big", "big.json"], ["t"]]
