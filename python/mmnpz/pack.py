@@ -202,7 +202,8 @@ def read_soundfile(path, soundfile):
                                      always_2d=True)[0]
     except RuntimeError as e:  # soundfile.LibsndfileError and older soundfile's errors
         raise InputError(str(e)) from None
-    if samples.shape[0] != info.frames:
+    exact = subtype in _SOUNDFILE_BITS or subtype in _SOUNDFILE_DTYPES  # lossy: an estimate
+    if exact and samples.shape[0] != info.frames:
         raise InputError(f"truncated: the header promises {info.frames} frames, the file holds "
                          f"{samples.shape[0]}")
     return samples, _sidecar(info.samplerate, info.channels, samples.shape[0],

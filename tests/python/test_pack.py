@@ -416,3 +416,15 @@ def test_an_audio_file_and_its_sidecar_share_a_shard(tmp_path, capsys):
         assert len(paths) == 5, argv
         for k, path in enumerate(paths):
             assert mmnpz.load(path).files == [f"clip_00{k}", f"clip_00{k}.json"]
+
+
+def test_a_truncated_flac_is_reported_by_name_and_skipped(tmp_path, capsys):
+    sf = pytest.importorskip("soundfile")
+    sf.write(tmp_path / "t.flac", (np.arange(48000) % 3000).astype(np.int16), 16000)
+    truncate(tmp_path / "t.flac", os.path.getsize(tmp_path / "t.flac") // 2)
+    np.save(tmp_path / "ok.npy", np.arange(4))
+    status, _, err = run_pack([tmp_path / "o.npz", tmp_path / "t.flac", tmp_path / "ok.npy"],
+                              capsys)
+    assert status == 1
+    assert err.startswith(f"pack: {tmp_path}/t.flac: ") and err.count("\n") == 1
+    assert list(members([tmp_path / "o-00000-of-00001.npz"])) == ["ok"]
