@@ -9,6 +9,7 @@
 #include "mmnpz/data/gather.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
+#include "mmnpz/shard_writer.hpp"
 #include "mmnpz/data/sampler.hpp"
 #include "mmnpz/version.hpp"
 #include "mmnpz/writer.hpp"

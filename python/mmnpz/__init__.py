@@ -20,6 +20,7 @@ from ._mmnpz import FormatError
 __all__ = [
     "Batch", "Dataset", "FormatError", "Loader", "MemberInfo", "NpzReader", "NpzWriter", "Sampler",
     "gather_fields", "load", "recover", "savez",
+    "ShardWriter",
 ]
 __version__ = _mmnpz.__version__
 
@@ -379,3 +380,4 @@ def recover(file):
 
 
 from .data import Batch, Dataset, Loader, Sampler, gather_fields  # noqa: E402  (uses _dtype)
+from .shards import ShardWriter  # noqa: E402  (uses _path, _raw_bytes)

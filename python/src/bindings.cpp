@@ -379,4 +379,52 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       },
       py::arg("path"),
       R"(Rebuilds the central directory of an archive whose writer died before close().)");
+  // mmnpz::shard_writer (python/mmnpz/shards.py wraps it as mmnpz.ShardWriter).
+  py::class_<mmnpz::shard_writer>(m, "ShardWriter", R"(Writes sharded aligned .npz archives.)")
+      .def(py::init([](const std::string& path, std::optional<std::uint64_t> max_bytes,
+                       std::optional<std::uint64_t> max_items, std::size_t align,
+                       bool allow_duplicates) {
+             mmnpz::shard_writer_options o{max_bytes, max_items, align, allow_duplicates};
+             py::gil_scoped_release nogil;
+             return mmnpz::shard_writer(path, o);
+           }),
+           py::arg("path"), py::arg("max_bytes") = py::none(), py::arg("max_items") = py::none(),
+           py::arg("align") = 64, py::arg("allow_duplicate_names") = false)
+      .def(
+          "write",
+          [](mmnpz::shard_writer& w, const std::string& name, const py::buffer& data,
+             const std::string& descr, const std::vector<std::uint64_t>& shape,
+             bool fortran_order) {
+            const mmnpz::dtype type = mmnpz::parse_descr(descr);
+            const py::buffer_info info = bytes_of(data);
+            py::gil_scoped_release nogil;
+            w.write(name, info.ptr, type, shape, fortran_order);
+          },
+          py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
+          py::arg("fortran_order") = false)
+      .def(
+          "write_bytes",
+          [](mmnpz::shard_writer& w, const std::string& name, const py::buffer& data) {
+            const py::buffer_info info = bytes_of(data);
+            py::gil_scoped_release nogil;
+            w.write_bytes(name, info.ptr, static_cast<std::size_t>(info.size * info.itemsize));
+          },
+          py::arg("name"), py::arg("data"))
+      .def(
+          "bound",
+          [](const mmnpz::shard_writer& w, const std::string& name, const std::string& descr,
+             const std::vector<std::uint64_t>& shape, bool fortran_order) {
+            return w.bound(name, mmnpz::parse_descr(descr), shape, fortran_order);
+          },
+          py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false)
+      .def("bound_bytes", &mmnpz::shard_writer::bound_bytes, py::arg("name"), py::arg("n"))
+      .def("keep_together", &mmnpz::shard_writer::keep_together, py::arg("items"),
+           py::arg("bytes"))
+      .def("close", &mmnpz::shard_writer::close, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("closed", &mmnpz::shard_writer::closed)
+      .def_property_readonly("paths", &mmnpz::shard_writer::paths)
+      .def_property_readonly("spec", &mmnpz::shard_writer::spec)
+      .def_property_readonly("shards", &mmnpz::shard_writer::shards)
+      .def_property_readonly("items_written", &mmnpz::shard_writer::items_written)
+      .def_property_readonly("path", &mmnpz::shard_writer::path);
 }

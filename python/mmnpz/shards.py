@@ -1,0 +1,156 @@
+"""Writing a dataset as sharded aligned archives: :class:`ShardWriter`."""
+
+import operator
+
+import numpy as np
+
+from . import _mmnpz, _path, _raw_bytes
+
+__all__ = ["ShardWriter"]
+
+
+def _limit(value, what, path):
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int or None, not bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int or None, not {type(value).__name__}") from None
+    if value <= 0:
+        raise ValueError(f"{path}: {what} must be positive, not {value}")
+    return value
+
+
+class ShardWriter:
+    """Writes items as sharded aligned archives: for ``"out/train.npz"`` the shards
+    ``out/train-00000-of-00012.npz`` ... ``out/train-00011-of-00012.npz``, which
+    ``mmnpz.Dataset("out/train@12.npz")`` opens. The count is known at :meth:`close`.
+
+    :param file: the archive name the shards are named after; must end in ``.npz``
+    :param max_bytes: a shard's file stays within this many bytes, except a shard holding a
+        single item that alone needs more (each item is counted with an upper bound of its ZIP
+        headers and padding, a few hundred bytes); ``None``: no limit
+    :param max_items: at most this many members per shard; ``None``: no limit
+    :param align: as :class:`NpzWriter`'s: array data starts at a multiple of this many bytes
+    :param allow_duplicate_names: allow a name that this or an earlier shard already holds
+
+    A new shard begins when adding an item would pass ``max_bytes`` or ``max_items``. While
+    writing, shard k is named ``train-0000k.npz.partial``, which no pattern for the final names
+    matches; each shard is written like :class:`NpzWriter` writes an archive (members committed
+    as ``write()`` returns, :func:`recover` restores them if the process dies) and closed before
+    the next begins. :meth:`close` (also on leaving a ``with`` block, exception or not) closes
+    the last shard and renames every shard to its final name. Existing files of those names are
+    replaced. Not thread-safe.
+    """
+
+    def __init__(self, file, *, max_bytes=None, max_items=None, align=64,
+                 allow_duplicate_names=False):
+        path = _path(file)
+        self._writer = _mmnpz.ShardWriter(
+            path, _limit(max_bytes, "max_bytes", path), _limit(max_items, "max_items", path),
+            align, bool(allow_duplicate_names))
+
+    @property
+    def path(self):
+        """The path given (``out/train.npz``)."""
+        return self._writer.path
+
+    @property
+    def closed(self):
+        return self._writer.closed
+
+    @property
+    def shards(self):
+        """Shards begun so far (the final count once closed)."""
+        return self._writer.shards
+
+    @property
+    def items_written(self):
+        """Members written to all shards."""
+        return self._writer.items_written
+
+    @property
+    def paths(self):
+        """The final shard paths, sorted; known once the writer is closed."""
+        if not self._writer.closed:
+            raise ValueError(f"{self.path}: the shard names are known once the writer is closed")
+        return list(self._writer.paths)
+
+    @property
+    def spec(self):
+        """The shard spec of the closed shards, such as ``"out/train@12.npz"``, for
+        :class:`Dataset`; known once the writer is closed."""
+        if not self._writer.closed:
+            raise ValueError(f"{self.path}: the shard names are known once the writer is closed")
+        return self._writer.spec
+
+    @staticmethod
+    def _array(name, array):
+        """(bytes, descr, shape, fortran_order) of what write() writes."""
+        ShardWriter._check_name(name)
+        array = np.asanyarray(array)
+        if array.dtype.hasobject:
+            raise ValueError(f"{name!r}: object arrays cannot be written (they need pickle)")
+        descr = repr(np.lib.format.dtype_to_descr(array.dtype))
+        if array.flags.f_contiguous and not array.flags.c_contiguous:
+            return _raw_bytes(array.T), descr, array.shape, True
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")
+        return _raw_bytes(array), descr, array.shape, False
+
+    @staticmethod
+    def _check_name(name):
+        if not isinstance(name, str):
+            raise TypeError(f"member names must be str, not {type(name).__name__}")
+
+    def write(self, name, array):
+        """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'`` of
+        the current shard or a new one. C- and Fortran-contiguous arrays are written from their
+        memory; other arrays are copied to C order first."""
+        self._writer.write(name, *self._array(name, array))
+
+    def write_bytes(self, name, data):
+        """Writes ``data`` (bytes or any contiguous buffer) as member ``name``, nothing
+        appended: a JSON or text sidecar, for example."""
+        self._check_name(name)
+        self._writer.write_bytes(name, data)
+
+    def write_group(self, members):
+        """Writes ``(name, value)`` pairs into one shard (an array and its JSON sidecar, say):
+        ``bytes``, ``bytearray`` and ``memoryview`` values as :meth:`write_bytes` does, others
+        as :meth:`write`. A new shard begins first unless the current one has room for all of
+        them; members that together pass the limits get a shard of their own."""
+        prepared, total = [], 0
+        for name, value in members:
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                self._check_name(name)
+                total += self._writer.bound_bytes(name, memoryview(value).nbytes)
+                prepared.append((name, value, None))
+            else:
+                array = self._array(name, value)
+                total += self._writer.bound(name, *array[1:])
+                prepared.append((name, None, array))
+        self._writer.keep_together(len(prepared), min(total, 2**64 - 1))
+        for name, data, array in prepared:
+            if array is None:
+                self._writer.write_bytes(name, data)
+            else:
+                self._writer.write(name, *array)
+
+    def close(self):
+        """Closes the last shard and renames the shards to their final names (idempotent)."""
+        self._writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self._writer.closed:
+            return f"<mmnpz.ShardWriter {self._writer.spec!r}, closed>"
+        return (f"<mmnpz.ShardWriter {self.path!r}, {self.items_written} items in "
+                f"{self.shards} shards so far>")
