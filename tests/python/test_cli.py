@@ -388,14 +388,34 @@ def test_version_prints_the_version_of_version_hpp():
 
 
 def test_python_m_mmnpz_runs_the_same_command_line(mixed):
-    """python -m mmnpz (the extension's main()) prints what the executable prints."""
+    """python -m mmnpz (the extension's main()) prints what the executable prints; its help
+    adds the Python package's pack command."""
+    from mmnpz.__main__ import PACK_HELP
+
     for args in (["--version"], ["--help"], ["ls", mixed], ["info", "--json", mixed],
                  ["verify", mixed], ["ls", "--nope", mixed], ["frob"]):
         want = run(*args)
         got = subprocess.run([sys.executable, "-m", "mmnpz"] + [str(a) for a in args],
                              capture_output=True, text=True)
-        assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout,
+        want_stdout = want.stdout + PACK_HELP + "\n" if args == ["--help"] else want.stdout
+        assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want_stdout,
                                                             want.stderr), args
+
+
+def test_mmnpz_pack_runs_from_the_command_line(tmp_path):
+    """`python -m mmnpz pack` (and so the installed `mmnpz pack`) packs arrays into shards."""
+    a = np.arange(12, dtype=np.int16).reshape(6, 2)
+    np.save(tmp_path / "a.npy", a)
+    out = tmp_path / "out" / "train.npz"
+    done = subprocess.run([sys.executable, "-m", "mmnpz", "pack", str(out), str(tmp_path / "a.npy")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (shard,) = sorted((tmp_path / "out").glob("train-*-of-*.npz"))
+    with np.load(shard) as f:
+        assert f.files == ["a"] and np.array_equal(f["a"], a)
+    helped = subprocess.run([sys.executable, "-m", "mmnpz", "help", "pack"], capture_output=True,
+                            text=True)
+    assert helped.returncode == 0 and "usage: mmnpz pack" in helped.stdout
 
 
 def installed_distribution():
