@@ -183,7 +183,8 @@ int main(int argc, char **argv) {
       break;
     }
   }
-  if ((uint64_t)(argc - arg) != file_count) die("the file count differs from the pieces file", NULL);
+  if ((uint64_t)(argc - arg) != file_count)
+    die("the file count differs from the pieces file", NULL);
 
   fds = calloc(file_count, sizeof *fds);
   bases = calloc(file_count + 1, sizeof *bases);
@@ -245,10 +246,10 @@ int main(int argc, char **argv) {
     }
     bytes += pieces[k].length;
   }
-  printf("{\"mode\": \"%s\", \"threads\": %u, \"pieces\": %llu, \"batches\": %llu, "
-         "\"bytes\": %llu, \"seconds\": %.9f, \"passes\": %d, \"checksum\": %llu}\n",
-         argv[1], threads, (unsigned long long)piece_count,
-         (unsigned long long)batches,
-         (unsigned long long)bytes, seconds, passes, (unsigned long long)checksum);
+  printf(
+      "{\"mode\": \"%s\", \"threads\": %u, \"pieces\": %llu, \"batches\": %llu, "
+      "\"bytes\": %llu, \"seconds\": %.9f, \"passes\": %d, \"checksum\": %llu}\n",
+      argv[1], threads, (unsigned long long)piece_count, (unsigned long long)batches,
+      (unsigned long long)bytes, seconds, passes, (unsigned long long)checksum);
   return 0;
 }
