@@ -9,8 +9,12 @@ mappings), several times, keeping the best of each figure:
   gather in a fresh process                 the same batches gathered again in that process
     (page cache warm, mapping new)
   gather with the archive evicted from      bench/pread_pieces.c pread-ing exactly the same
-    the page cache (POSIX_FADV_DONTNEED       (file, offset, length) pieces on as many
-    after opening, before the first gather)   threads, evicted the same way
+    the page cache (after opening, before     (file, offset, length) pieces on as many
+    the first gather: POSIX_FADV_DONTNEED,    threads, evicted the same way (checksums
+    and since pages a process maps stay,      compared: the same bytes)
+    the open's mapped pages are zapped
+    first, madvise MADV_DONTNEED; fincore
+    counts the pages resident at each step)
   mmnpz.torch.loader(num_workers=2)         mmnpz.Loader on the same batches (both from
                                               construction to the last batch, each batch
                                               summed by the consumer)
@@ -22,8 +26,9 @@ mappings), several times, keeping the best of each figure:
 Batches: 256 excerpts of 48 frames drawn by one weighted sampler (the same batches for every
 case and its comparison). Prints a Markdown table (figure, comparison, ratio, target, met),
 writes the figures as JSON (--json) and a bar chart (--plot), and checks that no /dev/shm
-segment or temporary file is left behind. Uses only the public Python API; --io MODE passes
-io=MODE to mmnpz.Dataset and Dataset.gather (for the versions that have it).
+segment or temporary file is left behind. Uses only mmnpz's public Python API; --io MODE
+passes io=MODE to mmnpz.Dataset and Dataset.gather (for the versions that have it). The C
+program is compiled at run time (cc -O2 -pthread) into a temporary directory.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/bench_first_touch.py [--quick]
       [--scale S] [--dir DIR] [--runs R] [--threads T] [--io read|map] [--json FILE]
