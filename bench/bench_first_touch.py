@@ -557,6 +557,8 @@ def run_cases(base, cases, runs, batches, evicted_batches, work, child_tmp):
             if "memcpy" in cases:
                 got["memcpy"] = pread_pieces(binary, "memcpy", pieces["warm"], base["threads"],
                                              paths, passes=WARM_PASSES)
+                got["mapped"] = pread_pieces(binary, "mapped", pieces["warm"], base["threads"],
+                                             paths, passes=WARM_PASSES)
             raw.setdefault("fresh", []).append(got)
         if "evicted" in cases:
             warm(paths)  # the same start for both: evicted from a warm cache
@@ -604,26 +606,39 @@ def in_child_generate(root, scale):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def row(bars, case, figure, unit, comparison, comparison_figure, ratio, target, spread,
-        **extra):
+def row(bars, case, unit, comparison, values, comparison_values, target, **extra):
+    """A table row from each run's figure of the case and of its comparison: the best of
+    each (largest rate, smallest time), their ratio, and each run's own ratio."""
+    timed = unit == "s"
+
+    def ratio_of(x, y):  # >= 1 means the case is better for rates, times compare the other way
+        if bars[0] == "mmnpz.load":
+            return y / x  # how many times faster than np.load
+        return x / y
+
+    figure, s1 = best_and_spread(values, not timed)
+    comparison_figure, s2 = best_and_spread(comparison_values, not timed)
+    ratio = ratio_of(figure, comparison_figure)
     op, bound = target
     met = ratio >= bound if op == ">=" else ratio <= bound
     return dict(bars=bars, case=case, figure=figure, unit=unit, comparison=comparison,
-                comparison_figure=comparison_figure, ratio=ratio, target=f"{op} {bound:g}",
-                met=met, spread=spread, **extra)
+                comparison_figure=comparison_figure, ratio=ratio,
+                target=f"{op} {bound:g}x" if timed else f"{op} {bound:.0%}",
+                met=met, spread=max(s1, s2),
+                run_ratios=[ratio_of(x, y) for x, y in zip(values, comparison_values)],
+                **extra)
 
 
 def summarize(raw, cases, notes):
     rows = []
     if "fresh" in raw and "fresh" in cases:
         r = raw["fresh"]
-        fresh, s1 = best_and_spread([x["excerpts"] / x["fresh_s"] for x in r], True)
-        warm_, s2 = best_and_spread([x["excerpts"] / x["warm_s"] for x in r], True)
         res = r[-1]["resident_at_start"]
         rows.append(row(("fresh", "warm"),
-                        "gather in a fresh process (page cache warm, mapping new)", fresh,
-                        "excerpts/s", "the same batches once warm (same process)", warm_,
-                        fresh / warm_, (">=", 0.5), max(s1, s2),
+                        "gather in a fresh process (page cache warm, mapping new)", "excerpts/s",
+                        "the same batches once warm (same process)",
+                        [x["excerpts"] / x["fresh_s"] for x in r],
+                        [x["excerpts"] / x["warm_s"] for x in r], (">=", 0.5),
                         open_s=min(x["open_s"] for x in r)))
         notes.append(f"fresh: {res[0]:,} of {res[1]:,} archive pages resident before the "
                      f"fresh process started; Dataset open took "
@@ -632,36 +647,38 @@ def summarize(raw, cases, notes):
                      f"{WARM_PASSES} passes; gather and C memcpy into page-aligned batches")
     if "evicted" in raw:
         r = raw["evicted"]
-        ev, s1 = best_and_spread([x["excerpts"] / x["seconds"] for x in r], True)
-        c, s2 = best_and_spread([x["c"]["pieces"] / x["c"]["seconds"] for x in r], True)
         left = max(x["resident_after"][0] / x["resident_after"][1] for x in r)
         rows.append(row(("gather", "C pread"),
                         f"gather, archive evicted from the page cache ({left:.0%} of its pages "
-                        f"resident)", ev, "excerpts/s",
-                        "C pread loop, same pieces and threads, evicted", c, ev / c,
-                        (">=", 0.8), max(s1, s2), resident_fraction=left))
-        for k, x in enumerate(r, 1):
-            c0, b = x["resident_before_open"], x["resident_before"]
-            f = x["resident_after_fadvise_only"]
-            a, g, cr = x["resident_after"], x["resident_after_gather"], x["c"]["resident_at_start"]
-            notes.append(f"evicted, run {k}: archive pages resident (of {b[1]:,}): "
-                         f"{c0[0]:,} before the open, {b[0]:,} after it (the cold open took "
-                         f"{x['cold_open_s'] * 1e3:.0f} ms), {f[0]:,} after POSIX_FADV_DONTNEED "
-                         f"alone (pages mapped by the process stay), {a[0]:,} after zapping the "
-                         f"process's page-table entries of the archive ({x['zapped_ranges']} "
-                         f"mappings, madvise MADV_DONTNEED) and POSIX_FADV_DONTNEED again, "
-                         f"{g[0]:,} after the gather; {cr[0]:,} at the C program's start; "
-                         f"checksums equal")
+                        f"resident)", "excerpts/s",
+                        "C pread loop, same pieces and threads, evicted",
+                        [x["excerpts"] / x["seconds"] for x in r],
+                        [x["c"]["pieces"] / x["c"]["seconds"] for x in r], (">=", 0.8),
+                        resident_fraction=left))
+        def span(key, scale=1):  # "a" or "a..b" over the runs
+            low, high = (round(f(key(x) * scale for x in r)) for f in (min, max))
+            return f"{low:,}" if low == high else f"{low:,}..{high:,}"
+
+        notes.append(
+            f"evicted (ranges over the runs): archive pages resident, of "
+            f"{r[0]['resident_before'][1]:,}: {span(lambda x: x['resident_before_open'][0])} "
+            f"before the open, {span(lambda x: x['resident_before'][0])} after it (the cold open "
+            f"took {span(lambda x: x['cold_open_s'], 1e3)} ms), "
+            f"{span(lambda x: x['resident_after_fadvise_only'][0])} after POSIX_FADV_DONTNEED "
+            f"alone (pages mapped by the process stay), {span(lambda x: x['resident_after'][0])} "
+            f"after zapping the process's page-table entries of the archive (madvise "
+            f"MADV_DONTNEED on {span(lambda x: x['zapped_ranges'])} mapping) and "
+            f"POSIX_FADV_DONTNEED again, {span(lambda x: x['resident_after_gather'][0])} after "
+            f"the gather; {span(lambda x: x['c']['resident_at_start'][0])} at the C program's "
+            f"start; the gather's and the C program's checksums equal in every run")
     if "torch" in raw:
         r = raw["torch"]
-        t, s1 = best_and_spread([x["torch"]["excerpts"] / x["torch"]["seconds"] for x in r],
-                                True)
-        lo, s2 = best_and_spread([x["loader"]["excerpts"] / x["loader"]["seconds"]
-                                  for x in r], True)
         rows.append(row(("torch", "Loader"), "mmnpz.torch.loader(num_workers=2), batch.sum()",
-                        t, "excerpts/s",
-                        "mmnpz.Loader, same batches, batch.sum()", lo, t / lo, (">=", 0.8),
-                        max(s1, s2)))
+                        "excerpts/s", "mmnpz.Loader, same batches, batch.sum()",
+                        [x["torch"]["excerpts"] / x["torch"]["seconds"] for x in r],
+                        [x["loader"]["excerpts"] / x["loader"]["seconds"] for x in r],
+                        (">=", 0.8)))
+
         def steady(x):  # excerpts/s after the first batch
             return (x["excerpts"] - BATCH) / max(x["seconds"] - x["first_batch_s"], 1e-9)
 
@@ -673,31 +690,30 @@ def summarize(raw, cases, notes):
                      f"{max(steady(x['loader']) for x in r):,.0f} excerpts/s")
     if "open" in raw:
         r = raw["open"]
-        m, s1 = best_and_spread([x["mmnpz"]["seconds"] for x in r])
-        n, s2 = best_and_spread([x["numpy"]["seconds"] for x in r])
         files = r[0]["mmnpz"]["files"]
         rows.append(row(("mmnpz.load", "np.load"), f"mmnpz.load of a {files:,}-member archive",
-                        m, "s",
-                        "np.load of the same archive", n, n / m, (">=", 30), max(s1, s2)))
+                        "s", "np.load of the same archive", [x["mmnpz"]["seconds"] for x in r],
+                        [x["numpy"]["seconds"] for x in r], (">=", 30)))
     if "access" in raw:
         r = raw["access"]
-        first, s1 = best_and_spread([x["first_s"] for x in r])
-        repeat, s2 = best_and_spread([x["repeat_s"] for x in r])
         rows.append(row(("first", "repeat"),
-                        "first reader[name] of a member (many-member archive)", first, "s",
-                        "repeat reader[name] of the same members", repeat, first / repeat,
-                        ("<=", 20), max(s1, s2)))
+                        "first reader[name] of a member (many-member archive)", "s",
+                        "repeat reader[name] of the same members", [x["first_s"] for x in r],
+                        [x["repeat_s"] for x in r], ("<=", 20)))
         notes.append(f"access: mean over {r[0]['accesses']:,} random members per run; the "
                      f"very first access of a process took "
                      f"{min(x['very_first_s'] for x in r) * 1e6:.0f} us (best run)")
     if "fresh" in raw and "memcpy" in cases and "memcpy" in raw["fresh"][0]:
         r = raw["fresh"]
-        g, s1 = best_and_spread([x["excerpts"] / x["warm_s"] for x in r], True)
-        m, s2 = best_and_spread([x["memcpy"]["pieces"] / x["memcpy"]["seconds"] for x in r],
-                                True)
-        rows.append(row(("gather", "C memcpy"), "warm gather", g, "excerpts/s",
-                        "C memcpy of the same pieces from DRAM, same threads", m, g / m,
-                        (">=", 0.8), max(s1, s2)))
+        rows.append(row(("gather", "C memcpy"), "warm gather", "excerpts/s",
+                        "C memcpy of the same pieces from DRAM, same threads",
+                        [x["excerpts"] / x["warm_s"] for x in r],
+                        [x["memcpy"]["pieces"] / x["memcpy"]["seconds"] for x in r],
+                        (">=", 0.8)))
+        notes.append(f"warm gather: the same C memcpy from a populated shared mapping of the "
+                     f"archive (the page cache as the source): "
+                     f"{max(x['mapped']['pieces'] / x['mapped']['seconds'] for x in r):,.0f} "
+                     f"excerpts/s")
     return rows
 
 
@@ -709,18 +725,25 @@ def show(value, unit):
 
 def print_table(rows, command, notes, leaks, elapsed):
     print(f"\n`{command}`\n")
-    print("| case | figure | compared with | figure | ratio | target | met | spread |")
-    print("|---|---:|---|---:|---:|---:|:-:|---:|")
+    print("| case | figure | compared with | figure | ratio | target | met | spread | "
+          "ratio in each run |")
+    print("|---|---:|---|---:|---:|---:|:-:|---:|---:|")
     for r in rows:
-        ratio = f"{r['ratio']:.1f}x" if r["unit"] == "s" else f"{r['ratio']:.0%}"
+        fmt = "{:.1f}x" if r["unit"] == "s" else "{:.0%}"
+        ratio = fmt.format(r["ratio"])
+        each = " ".join(fmt.format(x) for x in r["run_ratios"])
         print(f"| {r['case']} | {show(r['figure'], r['unit'])} | {r['comparison']} | "
               f"{show(r['comparison_figure'], r['unit'])} | {ratio} | {r['target']} | "
-              f"{'met' if r['met'] else 'NOT met'} | {r['spread']:.0%} |")
+              f"{'met' if r['met'] else 'NOT met'} | {r['spread']:.0%} | {each} |")
     print("\nBest of the runs; spread: the largest (worst - best) / best of the two figures."
           " Ratios: case / comparison (open: np.load time / mmnpz time; access: first /"
           " repeat time).")
     for n in notes:
         print(f"- {n}")
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(f"- WARNING: the machine is busy (load average {load:.1f} on {os.cpu_count()} "
+              f"cores): other processes share the CPU, see the spread and each run's ratio")
     print(f"- left behind in /dev/shm or in the cases' TMPDIR: "
           f"{', '.join(leaks) if leaks else 'nothing'}; load average at the end "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; whole run {elapsed:.0f} s")

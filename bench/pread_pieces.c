@@ -5,6 +5,9 @@
  *       pread each piece from the files
  *   pread_pieces memcpy PIECES THREADS [--passes N] FILE...
  *       memcpy each piece from a private buffer holding the files' bytes
+ *   pread_pieces mapped PIECES THREADS [--passes N] FILE...
+ *       memcpy each piece from a read-only shared mapping of the files, populated in
+ *       advance (MAP_POPULATE): the page cache itself as the source, no page fault
  *
  * PIECES is the binary file bench_first_touch.py writes (little-endian): the magic
  * "MMNPZPC1", u64 file count, u64 piece count, u64 pieces per batch, then per piece u64 file
@@ -31,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,9 +46,9 @@ struct piece {
 static struct piece *pieces;
 static uint64_t piece_count, batch_size, file_count, slot;
 static int *fds;
-static uint64_t *bases; /* memcpy mode: where each file starts in `image` */
+static uint64_t *bases; /* where each file starts in `image` */
 static unsigned char *image;
-static int use_memcpy;
+static unsigned char **sources; /* memcpy modes: each file's bytes in memory */
 static unsigned threads;
 static unsigned char *batch; /* batch_size * slot bytes, shared by the threads */
 
@@ -67,8 +71,8 @@ static void read_exactly(int fd, void *buffer, uint64_t length, uint64_t offset)
 
 static void copy_piece(uint64_t index, unsigned char *to) {
   const struct piece *p = &pieces[index];
-  if (use_memcpy)
-    memcpy(to, image + bases[p->file] + p->offset, p->length);
+  if (sources)
+    memcpy(to, sources[p->file] + p->offset, p->length);
   else
     read_exactly(fds[p->file], to, p->length, p->offset);
 }
@@ -166,9 +170,11 @@ static double now(void) {
 
 int main(int argc, char **argv) {
   if (argc < 5)
-    die("usage: pread_pieces pread|memcpy PIECES THREADS [--evict] [--passes N] FILE...", NULL);
-  use_memcpy = strcmp(argv[1], "memcpy") == 0;
-  if (!use_memcpy && strcmp(argv[1], "pread") != 0) die("unknown mode", argv[1]);
+    die("usage: pread_pieces pread|memcpy|mapped PIECES THREADS [--evict] [--passes N] FILE...",
+        NULL);
+  const int use_memcpy = strcmp(argv[1], "memcpy") == 0,
+            use_mapped = strcmp(argv[1], "mapped") == 0;
+  if (!use_memcpy && !use_mapped && strcmp(argv[1], "pread") != 0) die("unknown mode", argv[1]);
   load_pieces(argv[2]);
   threads = (unsigned)atoi(argv[3]);
   if (threads == 0) die("threads must be positive", NULL);
@@ -206,6 +212,17 @@ int main(int argc, char **argv) {
       die("cannot allocate the image of the files", NULL);
     for (uint64_t i = 0; i < file_count; ++i)
       read_exactly(fds[i], image + bases[i], bases[i + 1] - bases[i], 0);
+    sources = calloc(file_count, sizeof *sources);
+    for (uint64_t i = 0; i < file_count; ++i) sources[i] = image + bases[i];
+  }
+  if (use_mapped) { /* the files mapped, every page mapped in advance */
+    sources = calloc(file_count, sizeof *sources);
+    for (uint64_t i = 0; i < file_count; ++i) {
+      void *m =
+          mmap(NULL, bases[i + 1] - bases[i], PROT_READ, MAP_SHARED | MAP_POPULATE, fds[i], 0);
+      if (m == MAP_FAILED) die("mmap failed", strerror(errno));
+      sources[i] = m;
+    }
   }
   /* Page-aligned, as a well-placed batch array: copies into an address 16 bytes past a page
      (where malloc puts large blocks) run up to twice as slow on some CPUs. */
