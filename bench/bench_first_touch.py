@@ -318,15 +318,31 @@ def child_loader(p):
     loader = mmnpz.Loader(ds, make_sampler(ds, p), BATCH)
     first = None
     count = 0
+    samples = []  # which excerpts came, to check that torch's are the same
     for batch in loader:
         batch.data.sum()
+        samples.append((batch.indices, batch.starts))
         count += 1
         if first is None:
             first = time.perf_counter() - t0
         if count == p["batches"]:
             break
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH}
+    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
+            "samples": fingerprint(samples)}
+
+
+def fingerprint(samples):
+    """One number naming a sequence of batches' (indices, starts)."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for indices, starts in samples:
+        h.update(np.asarray(indices, np.int64).tobytes())
+        h.update(np.asarray(starts, np.int64).tobytes())
+    return h.hexdigest()[:16]
 
 
 def child_torch(p):
@@ -342,8 +358,10 @@ def child_torch(p):
     first = None
     count = 0
     it = iter(loader)
+    samples = []
     for batch in it:
         batch["data"].sum()
+        samples.append((batch["indices"].numpy(), batch["starts"].numpy()))
         count += 1
         if first is None:
             first = time.perf_counter() - t0
@@ -351,7 +369,8 @@ def child_torch(p):
             break
     seconds = time.perf_counter() - t0
     del it, loader  # the workers stop here, outside the clock
-    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH}
+    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
+            "samples": fingerprint(samples)}
 
 
 def child_open(p):
@@ -579,9 +598,11 @@ def run_cases(base, cases, runs, batches, evicted_batches, work, child_tmp):
             raw.setdefault("evicted", []).append(got)
         if "torch" in cases:
             warm(paths)
-            raw.setdefault("torch", []).append(
-                {"loader": in_child("loader", dict(base, batches=batches)),
-                 "torch": in_child("torch", dict(base, batches=batches))})
+            got = {"loader": in_child("loader", dict(base, batches=batches)),
+                   "torch": in_child("torch", dict(base, batches=batches))}
+            if got["loader"]["samples"] != got["torch"]["samples"]:
+                raise SystemExit("mmnpz.Loader and mmnpz.torch.loader yielded other batches")
+            raw.setdefault("torch", []).append(got)
         if "open" in cases or "access" in cases:
             warm([base["many"]])
         if "open" in cases:
@@ -682,7 +703,8 @@ def summarize(raw, cases, notes):
         def steady(x):  # excerpts/s after the first batch
             return (x["excerpts"] - BATCH) / max(x["seconds"] - x["first_batch_s"], 1e-9)
 
-        notes.append(f"torch/Loader: from construction to the last of "
+        notes.append(f"torch/Loader: the same batches (indices and starts compared); from "
+                     f"construction to the last of "
                      f"{r[0]['loader']['excerpts'] // BATCH} batches; first batch after "
                      f"{min(x['torch']['first_batch_s'] for x in r) * 1e3:.0f} ms (torch) and "
                      f"{min(x['loader']['first_batch_s'] for x in r) * 1e3:.0f} ms (Loader); "
