@@ -36,6 +36,7 @@ program is compiled at run time (cc -O2 -pthread) into a temporary directory.
 """
 
 import argparse
+import glob
 import json
 import os
 import shlex
@@ -449,6 +450,28 @@ def shm_entries():
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
+def shm_in_use(names):
+    """Those of the /dev/shm entries `names` that some live process maps (by inode: a named
+    semaphore is mapped under the temporary name it was created with)."""
+    inodes = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                for line in f:
+                    if "/dev/shm/" in line:
+                        inodes.add(int(line.split()[4]))
+        except (OSError, ValueError, IndexError):  # the process ended, or is not ours to read
+            pass
+    used = set()
+    for name in names:
+        try:
+            if os.stat(os.path.join("/dev/shm", name)).st_ino in inodes:
+                used.add(name)
+        except OSError:  # gone meanwhile
+            used.add(name)
+    return used
+
+
 def best_and_spread(values, larger_is_better=False):
     best = max(values) if larger_is_better else min(values)
     worst = min(values) if larger_is_better else max(values)
@@ -529,11 +552,13 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # Other processes on the machine come and go in /dev/shm too (multiprocessing's semaphores
-    # live there for microseconds): a leak is a new entry that is still there a second later.
+    # live there for microseconds, or as long as a spawned pool): a leak is a new entry still
+    # there a second later that no live process maps (every process of this run has ended).
     new = shm_entries() - shm_before
     if new:
         time.sleep(1)
         new &= shm_entries()
+        new -= shm_in_use(new)
     leaks += [os.path.join("/dev/shm", e) for e in sorted(new)]
     if os.path.exists(work):
         leaks.append(work)

@@ -19,9 +19,8 @@
  * batches N times (default 1), timing each pass, and reports the fastest.
  *
  * Prints one JSON line: mode, threads, pieces, batches, bytes, seconds (of the fastest pass),
- * passes, and checksum (the sum
- * of every piece's 32-bit words mod 2^64, computed after timing, for the caller to compare
- * with what the gather returned).
+ * passes, and checksum (the sum of every piece's 32-bit words mod 2^64, computed after
+ * timing, for the caller to compare with what the gather returned).
  *
  * Build: cc -O2 -pthread -o pread_pieces pread_pieces.c
  */
