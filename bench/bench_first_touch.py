@@ -1,0 +1,844 @@
+"""The data path at first touch (issue 11): each case beside its comparison, same run.
+
+Generates once into --dir (reused while the parameters match) a single archive of float32
+spectrograms (20,000 of 50..500 frames x 80 bins, 1.75 GB, at --scale 1) and an archive of
+1,000,000 small int16 members, then runs every case in a FRESH Python process (new
+mappings), several times, keeping the best of each figure:
+
+  case                                      compared with (same run)
+  gather in a fresh process                 the same batches gathered again in that process
+    (page cache warm, mapping new)
+  gather with the archive evicted from      bench/pread_pieces.c pread-ing exactly the same
+    the page cache (after opening, before     (file, offset, length) pieces on as many
+    the first gather: POSIX_FADV_DONTNEED,    threads, evicted the same way (checksums
+    and since pages a process maps stay,      compared: the same bytes)
+    the open's mapped pages are zapped
+    first, madvise MADV_DONTNEED; fincore
+    counts the pages resident at each step)
+  mmnpz.torch.loader(num_workers=2)         mmnpz.Loader on the same batches (both from
+                                              construction to the last batch, each batch
+                                              summed by the consumer)
+  opening the many-member archive           np.load on the same archive
+  first access of a member                  a repeat access of the same members
+  warm gather                               pread_pieces.c memcpy-ing the same pieces from
+                                              a private copy of the archive in DRAM
+
+Batches: 256 excerpts of 48 frames drawn by one weighted sampler (the same batches for every
+case and its comparison). Prints a Markdown table (figure, comparison, ratio, target, met),
+writes the figures as JSON (--json) and a bar chart (--plot), and checks that no /dev/shm
+segment or temporary file is left behind. Uses only mmnpz's public Python API; --io MODE
+passes io=MODE to mmnpz.Dataset and Dataset.gather (for the versions that have it). The C
+program is compiled at run time (cc -O2 -pthread) into a temporary directory.
+
+  PYTHONPATH=build/python /usr/bin/python3 bench/bench_first_touch.py [--quick]
+      [--scale S] [--dir DIR] [--runs R] [--threads T] [--io read|map] [--json FILE]
+      [--plot FILE]
+"""
+
+import argparse
+import glob
+import json
+import os
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BINS = 80
+LENGTH = 48  # frames per excerpt
+BATCH = 256  # excerpts per batch
+SPECTROGRAMS = 20_000  # at scale 1
+MEMBERS = 1_000_000  # of the many-member archive, at scale 1
+WARM_PASSES = 3  # warm passes over the batches, the fastest kept (gather and memcpy alike)
+FIRST_ACCESSES = 2000  # members accessed for the first time (then again) per run
+FORMAT_VERSION = 1  # of the generated data: bump when generate() changes
+PAGE = os.sysconf("SC_PAGE_SIZE")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def frames_of(i):
+    return 50 + (i * 7919) % 451  # 50..500, spread evenly
+
+
+# ---- Data --------------------------------------------------------------------------------
+
+
+def spec_path(root):
+    return os.path.join(root, "spec.npz")
+
+
+def many_path(root):
+    return os.path.join(root, "many.npz")
+
+
+def generate(root, scale):
+    """The two archives in `root`, unless there already with the same parameters."""
+    import numpy as np
+
+    import mmnpz
+
+    spectrograms = max(1, round(SPECTROGRAMS * scale))
+    members = max(1, round(MEMBERS * scale))
+    marker = os.path.join(root, "params.json")
+    params = {"spectrograms": spectrograms, "members": members, "bins": BINS,
+              "version": FORMAT_VERSION}
+    try:
+        with open(marker) as f:
+            if json.load(f) == params:
+                return params
+    except (OSError, ValueError):
+        pass
+    os.makedirs(root, exist_ok=True)
+    if os.path.exists(marker):
+        os.unlink(marker)
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    with mmnpz.NpzWriter(spec_path(root), "w") as w:
+        for i in range(spectrograms):
+            w.write(f"spec_{i:05d}", rng.standard_normal((frames_of(i), BINS), np.float32))
+            if i % 1000 == 0:
+                print(f"\r  generating {spec_path(root)}: {i + 1}/{spectrograms}", end="",
+                      file=sys.stderr, flush=True)
+    print(f"\r  generated {spec_path(root)}: {spectrograms} spectrograms, "
+          f"{os.path.getsize(spec_path(root)) / 1e9:.2f} GB in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    t0 = time.perf_counter()
+    rows = rng.integers(1, 17, members)
+    blocks = [np.full((r, 2), r, np.int16) for r in range(17)]
+    with mmnpz.NpzWriter(many_path(root), "w") as w:
+        for k in range(members):
+            w.write(f"m{k:07d}", blocks[rows[k]])
+            if k % 50_000 == 0:
+                print(f"\r  generating {many_path(root)}: {k + 1}/{members}", end="",
+                      file=sys.stderr, flush=True)
+    print(f"\r  generated {many_path(root)}: {members} members, "
+          f"{os.path.getsize(many_path(root)) / 1e6:.0f} MB in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    for p in (spec_path(root), many_path(root)):
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())  # clean pages: POSIX_FADV_DONTNEED leaves dirty ones
+    with open(marker, "w") as f:
+        json.dump(params, f)
+    return params
+
+
+# ---- Page cache ----------------------------------------------------------------------------
+
+
+def resident(paths):
+    """(pages resident in the page cache, pages in all) of `paths`, by util-linux fincore."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output",
+                          "PAGES,SIZE"] + list(paths), check=True, capture_output=True,
+                         text=True).stdout.split()
+    pages = sum(int(x) for x in out[0::2])
+    total = sum(-(-int(x) // PAGE) for x in out[1::2])
+    return pages, total
+
+
+def evict(paths):
+    """Drops the files' clean pages from the page cache (pages mapped by a process stay)."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def unmap_pages(paths):
+    """Zaps this process's page-table entries for its read-only mappings of `paths`
+    (madvise MADV_DONTNEED; the mappings stay valid and fault their pages in again), so that
+    POSIX_FADV_DONTNEED can drop every page. Returns (ranges, bytes) zapped."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    wanted = {os.path.realpath(p) for p in paths}
+    ranges = nbytes = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or fields[5].strip() not in wanted or "w" in fields[1]:
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if libc.madvise(start, end - start, 4) != 0:  # 4: MADV_DONTNEED
+                raise OSError(ctypes.get_errno(), f"madvise on {fields[5].strip()}")
+            ranges += 1
+            nbytes += end - start
+    return ranges, nbytes
+
+
+def warm(paths):
+    """Reads every file through read(2) (no mapping), so the page cache holds it."""
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.read(1 << 24):
+                pass
+
+
+# ---- Cases, each run in a fresh process (`--child NAME PARAMS`) ----------------------------
+
+
+def io_kw(p):
+    return {"io": p["io"]} if p.get("io") else {}
+
+
+def open_spec(p):
+    import mmnpz
+
+    return mmnpz.Dataset(p["spec"], **io_kw(p))
+
+
+def make_sampler(ds, p):
+    import mmnpz
+
+    return mmnpz.Sampler(ds, "weighted", length=LENGTH, seed=p["seed"],
+                         num_samples=p["samples"])
+
+
+def batches_of(ds, p, count):
+    sampler = make_sampler(ds, p)
+    return [sampler.sample(0, b * BATCH, BATCH) for b in range(count)]
+
+
+def aligned_batch():
+    """A batch array starting on a page boundary, as pread_pieces.c's: numpy puts large
+    arrays 16 bytes past a page, where copies run up to twice as slow on some CPUs, and the
+    comparison is of the copies, not of numpy's allocator. Every page is touched."""
+    import numpy as np
+
+    shape = (BATCH, LENGTH, BINS)
+    nbytes = BATCH * LENGTH * BINS * 4
+    raw = np.ones(nbytes + PAGE, np.uint8)
+    skip = -raw.ctypes.data % PAGE
+    return raw[skip:skip + nbytes].view(np.float32).reshape(shape)
+
+
+def checksum(arrays):
+    """The sum of the 32-bit words of `arrays` mod 2**64, as pread_pieces.c computes it."""
+    import numpy as np
+
+    total = 0
+    for a in arrays:
+        total += int(np.ascontiguousarray(a).view(np.uint32).sum(dtype=np.uint64))
+    return total % (1 << 64)
+
+
+def child_pieces(p):
+    """Writes the (file, offset, length) of every excerpt of the first batches, in the
+    format pread_pieces.c reads, to p["out"][count] for each count."""
+    import numpy as np
+
+    import mmnpz
+
+    ds = open_spec(p)
+    paths = list(ds.paths)
+    readers = {path: mmnpz.load(path) for path in paths}
+    row_bytes = BINS * 4
+    largest = max(p["out"].values())
+    batches = batches_of(ds, p, largest)
+    records = []
+    offsets = {}
+    for indices, starts in batches:
+        for i, s in zip(indices.tolist(), starts.tolist()):
+            if i not in offsets:
+                path, member = ds.locate(i)
+                info = readers[path].info(member)
+                assert info.dtype == np.float32 and info.shape[1:] == (BINS,), info
+                offsets[i] = (paths.index(path), info.offset)
+            f, offset = offsets[i]
+            records.append((f, offset + s * row_bytes, LENGTH * row_bytes))
+    for target, count in p["out"].items():
+        with open(target, "wb") as out:
+            out.write(b"MMNPZPC1" + struct.pack("<3Q", len(paths), count * BATCH, BATCH))
+            out.write(b"".join(struct.pack("<3Q", *r) for r in records[:count * BATCH]))
+    for r in readers.values():
+        r.close()
+    return {"paths": paths}
+
+
+def child_fresh(p):
+    """A gather of the batches in a new process (new mapping), then the same again."""
+    t0 = time.perf_counter()
+    ds = open_spec(p)
+    open_s = time.perf_counter() - t0
+    batches = batches_of(ds, p, p["batches"])
+    out = aligned_batch()
+
+    def gather_all():
+        t0 = time.perf_counter()
+        for indices, starts in batches:
+            ds.gather(indices, starts, LENGTH, out=out, threads=p["threads"], **io_kw(p))
+        return time.perf_counter() - t0
+
+    fresh = gather_all()
+    warm_passes = [gather_all() for _ in range(WARM_PASSES)]
+    return {"open_s": open_s, "fresh_s": fresh, "warm_s": min(warm_passes),
+            "warm_passes_s": warm_passes, "excerpts": len(batches) * BATCH}
+
+
+def child_evicted(p):
+    """Open (the caller evicted the archive before: a cold open), evict the archive from the
+    page cache again, then gather. Pages the process maps cannot be evicted, and opening
+    maps some (the kernel maps up to 64 KiB of cached pages around each faulting header
+    read): those page-table entries are zapped first, the mapping itself stays."""
+    t0 = time.perf_counter()
+    ds = open_spec(p)
+    open_s = time.perf_counter() - t0
+    batches = batches_of(ds, p, p["batches"])
+    out = aligned_batch()
+    before = resident(ds.paths)
+    evict(ds.paths)
+    fadvised = resident(ds.paths)  # what POSIX_FADV_DONTNEED alone leaves
+    zapped = unmap_pages(ds.paths)
+    evict(ds.paths)
+    after = resident(ds.paths)
+    t0 = time.perf_counter()
+    for indices, starts in batches:
+        ds.gather(indices, starts, LENGTH, out=out, threads=p["threads"], **io_kw(p))
+    seconds = time.perf_counter() - t0
+    loaded = resident(ds.paths)
+    total = checksum(ds.gather(i, s, LENGTH, threads=p["threads"], **io_kw(p))
+                     for i, s in batches)  # untimed: the bytes the C program must match
+    return {"seconds": seconds, "excerpts": len(batches) * BATCH, "cold_open_s": open_s,
+            "resident_before": before, "resident_after_fadvise_only": fadvised,
+            "zapped_ranges": zapped[0], "zapped_bytes": zapped[1],
+            "resident_after": after, "resident_after_gather": loaded, "checksum": total}
+
+
+def child_loader(p):
+    """mmnpz.Loader from construction to the last batch, summing each batch."""
+    import mmnpz
+
+    t0 = time.perf_counter()
+    ds = open_spec(p)
+    loader = mmnpz.Loader(ds, make_sampler(ds, p), BATCH)
+    first = None
+    count = 0
+    samples = []  # which excerpts came, to check that torch's are the same
+    for batch in loader:
+        batch.data.sum()
+        samples.append((batch.indices, batch.starts))
+        count += 1
+        if first is None:
+            first = time.perf_counter() - t0
+        if count == p["batches"]:
+            break
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
+            "samples": fingerprint(samples)}
+
+
+def fingerprint(samples):
+    """One number naming a sequence of batches' (indices, starts)."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for indices, starts in samples:
+        h.update(np.asarray(indices, np.int64).tobytes())
+        h.update(np.asarray(starts, np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def child_torch(p):
+    """mmnpz.torch.loader(num_workers=2) from construction to the last batch."""
+    import torch  # noqa: F401  (imported before the clock starts, as a training script has)
+
+    import mmnpz.torch
+
+    t0 = time.perf_counter()
+    loader = mmnpz.torch.loader(p["spec"], length=LENGTH, batch_size=BATCH, kind="weighted",
+                                seed=p["seed"], num_samples=p["samples"],
+                                num_workers=p["workers"])
+    first = None
+    count = 0
+    it = iter(loader)
+    samples = []
+    for batch in it:
+        batch["data"].sum()
+        samples.append((batch["indices"].numpy(), batch["starts"].numpy()))
+        count += 1
+        if first is None:
+            first = time.perf_counter() - t0
+        if count == p["batches"]:
+            break
+    seconds = time.perf_counter() - t0
+    del it, loader  # the workers stop here, outside the clock
+    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
+            "samples": fingerprint(samples)}
+
+
+def child_open(p):
+    """Opening the many-member archive with mmnpz.load or np.load."""
+    import numpy as np
+
+    import mmnpz
+
+    opener = mmnpz.load if p["with"] == "mmnpz" else np.load
+    t0 = time.perf_counter()
+    archive = opener(p["many"])
+    seconds = time.perf_counter() - t0
+    files = len(archive.files)
+    archive.close()
+    return {"seconds": seconds, "files": files}
+
+
+def child_access(p):
+    """First accesses of random members of the many-member archive just opened, then the
+    same accesses again."""
+    import numpy as np
+
+    import mmnpz
+
+    reader = mmnpz.load(p["many"])
+    rng = np.random.default_rng(p["seed"])
+    picks = rng.choice(len(reader.files), size=min(FIRST_ACCESSES + 1, len(reader.files)),
+                       replace=False)
+    names = [reader.files[k] for k in picks]
+    t0 = time.perf_counter()
+    reader[names[0]]
+    very_first = time.perf_counter() - t0
+    rest = names[1:] or names
+    t0 = time.perf_counter()
+    for name in rest:
+        reader[name]
+    first = (time.perf_counter() - t0) / len(rest)
+    t0 = time.perf_counter()
+    for name in rest:
+        reader[name]
+    repeat = (time.perf_counter() - t0) / len(rest)
+    reader.close()
+    return {"very_first_s": very_first, "first_s": first, "repeat_s": repeat,
+            "accesses": len(rest)}
+
+
+CHILDREN = {"pieces": child_pieces, "fresh": child_fresh, "evicted": child_evicted,
+            "loader": child_loader, "torch": child_torch, "open": child_open,
+            "access": child_access}
+
+
+def in_child(name, params):
+    """Runs case `name` in a new Python process; returns what it printed as JSON."""
+    run = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name,
+                          json.dumps(params)], capture_output=True, text=True,
+                         env=dict(os.environ, TMPDIR=params["tmp"]))
+    if run.returncode != 0:
+        sys.stderr.write(run.stderr)
+        raise SystemExit(f"the {name} case failed (exit status {run.returncode})")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def pread_pieces(binary, mode, pieces, threads, paths, evict_first=False, passes=1):
+    command = [binary, mode, pieces, str(threads), "--passes", str(passes)]
+    command += ["--evict"] if evict_first else []
+    run = subprocess.run(command + list(paths), capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed: {run.stderr.strip()}")
+    return json.loads(run.stdout)
+
+
+# ---- The run --------------------------------------------------------------------------------
+
+
+def shm_entries():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def shm_in_use(names):
+    """Those of the /dev/shm entries `names` that some live process maps (by inode: a named
+    semaphore is mapped under the temporary name it was created with)."""
+    inodes = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                for line in f:
+                    if "/dev/shm/" in line:
+                        inodes.add(int(line.split()[4]))
+        except (OSError, ValueError, IndexError):  # the process ended, or is not ours to read
+            pass
+    used = set()
+    for name in names:
+        try:
+            if os.stat(os.path.join("/dev/shm", name)).st_ino in inodes:
+                used.add(name)
+        except OSError:  # gone meanwhile
+            used.add(name)
+    return used
+
+
+def best_and_spread(values, larger_is_better=False):
+    best = max(values) if larger_is_better else min(values)
+    worst = min(values) if larger_is_better else max(values)
+    return best, abs(worst - best) / best if best else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", default=None,
+                    help="where the archives are generated and kept (default: "
+                         "$TMPDIR/mmnpz-first-touch-scale<S>)")
+    ap.add_argument("--scale", type=float, default=None,
+                    help="dataset size relative to the issue's (1: 20,000 spectrograms, "
+                         "1,000,000 members; default 1, or 0.1 with --quick)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a run of under a minute: --scale 0.1, fewer batches")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="fresh runs of each case, best kept (default 3)")
+    ap.add_argument("--batches", type=int, default=None,
+                    help="batches per warm case (default 40, 10 with --quick)")
+    ap.add_argument("--evicted-batches", type=int, default=None,
+                    help="batches gathered after eviction (default 20, 5 with --quick)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="gather and pread threads (default: every core, %(default)s)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="num_workers of the torch loader (default %(default)s)")
+    ap.add_argument("--io", default=None,
+                    help="pass io=IO to mmnpz.Dataset and Dataset.gather (newer mmnpz only)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cases", default="fresh,evicted,torch,open,access,memcpy",
+                    help="comma-separated subset of the cases to run")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--plot", default=None, help="write a bar chart here (PNG)")
+    ap.add_argument("--child", nargs=2, metavar=("CASE", "PARAMS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.child:
+        name, params = args.child
+        print(json.dumps(CHILDREN[name](json.loads(params))))
+        return
+
+    scale = args.scale if args.scale is not None else (0.1 if args.quick else 1.0)
+    if args.dir is None:
+        args.dir = os.path.join(tempfile.gettempdir(), f"mmnpz-first-touch-scale{scale:g}")
+    runs = args.runs or 3
+    batches = args.batches or (10 if args.quick else 40)
+    evicted_batches = args.evicted_batches or (5 if args.quick else 20)
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = set(cases) - {"fresh", "evicted", "torch", "open", "access", "memcpy"}
+    if unknown:
+        ap.error(f"unknown cases: {sorted(unknown)}")
+    command = " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv)
+    started = time.perf_counter()
+    shm_before = shm_entries()
+
+    import mmnpz  # noqa: F401  (fails here, before generating, when PYTHONPATH lacks it)
+
+    gen = in_child_generate(args.dir, scale)
+    spec, many = spec_path(args.dir), many_path(args.dir)
+    spec_bytes = os.path.getsize(spec)
+    print(f"archives in {args.dir}: {gen['spectrograms']:,} spectrograms "
+          f"({spec_bytes / 1e9:.2f} GB), {gen['members']:,} members "
+          f"({os.path.getsize(many) / 1e6:.0f} MB); batches of {BATCH} excerpts of "
+          f"{LENGTH} x {BINS} float32; {args.threads} threads; {runs} runs, best kept",
+          file=sys.stderr)
+
+    # Everything temporary (the C program, the pieces, the children's TMPDIR) lives in one
+    # directory, removed at the end; whatever a child leaves in its TMPDIR is reported.
+    work = tempfile.mkdtemp(prefix="mmnpz-first-touch-")
+    try:
+        child_tmp = os.path.join(work, "tmp")
+        os.mkdir(child_tmp)
+        base = {"spec": spec, "many": many, "seed": args.seed,
+                "samples": max(batches, evicted_batches) * BATCH, "threads": args.threads,
+                "io": args.io, "workers": args.workers, "tmp": child_tmp}
+        raw = run_cases(base, cases, runs, batches, evicted_batches, work, child_tmp)
+        leaks = [os.path.join("$TMPDIR", e) for e in sorted(os.listdir(child_tmp))]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    # Other processes on the machine come and go in /dev/shm too (multiprocessing's semaphores
+    # live there for microseconds, or as long as a spawned pool): a leak is a new entry still
+    # there a second later that no live process maps (every process of this run has ended).
+    new = shm_entries() - shm_before
+    if new:
+        time.sleep(1)
+        new &= shm_entries()
+        new -= shm_in_use(new)
+    leaks += [os.path.join("/dev/shm", e) for e in sorted(new)]
+    if os.path.exists(work):
+        leaks.append(work)
+
+    notes = []
+    rows = summarize(raw, cases, notes)
+    elapsed = time.perf_counter() - started
+    print_table(rows, command, notes, leaks, elapsed)
+    figures = {"command": command, "scale": scale, "runs": runs, "batches": batches,
+               "evicted_batches": evicted_batches, "threads": args.threads, "io": args.io,
+               "dataset": gen, "archive_bytes": spec_bytes, "elapsed_s": elapsed,
+               "load_average": os.getloadavg(), "cases": rows, "notes": notes,
+               "leaks": leaks, "raw": raw}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot, command)
+    if leaks:
+        raise SystemExit(f"left behind: {leaks}")
+
+
+def run_cases(base, cases, runs, batches, evicted_batches, work, child_tmp):
+    """{case: [what each run measured]}: every case and its comparison, `runs` times."""
+    binary = os.path.join(work, "pread_pieces")
+    subprocess.run(["cc", "-O2", "-pthread", "-o", binary, os.path.join(HERE, "pread_pieces.c")],
+                   check=True, env=dict(os.environ, TMPDIR=child_tmp))
+    pieces = {"warm": os.path.join(work, "warm.pieces"),
+              "evicted": os.path.join(work, "evicted.pieces")}
+    paths = in_child("pieces", dict(base, out={pieces["warm"]: batches,
+                                               pieces["evicted"]: evicted_batches}))["paths"]
+    raw = {}
+    for r in range(runs):
+        print(f"  run {r + 1}/{runs} ...", file=sys.stderr, flush=True)
+        if "fresh" in cases or "memcpy" in cases:
+            warm(paths)
+            cached = resident(paths)
+            got = in_child("fresh", dict(base, batches=batches))
+            got["resident_at_start"] = cached
+            if "memcpy" in cases:
+                got["memcpy"] = pread_pieces(binary, "memcpy", pieces["warm"], base["threads"],
+                                             paths, passes=WARM_PASSES)
+                got["mapped"] = pread_pieces(binary, "mapped", pieces["warm"], base["threads"],
+                                             paths, passes=WARM_PASSES)
+            raw.setdefault("fresh", []).append(got)
+        if "evicted" in cases:
+            warm(paths)  # the same start for both: evicted from a warm cache
+            evict(paths)
+            cold = resident(paths)
+            got = in_child("evicted", dict(base, batches=evicted_batches))
+            got["resident_before_open"] = cold
+            warm(paths)
+            evict(paths)
+            c_resident = resident(paths)
+            got["c"] = pread_pieces(binary, "pread", pieces["evicted"], base["threads"], paths,
+                                    evict_first=True)
+            got["c"]["resident_at_start"] = c_resident
+            if got["c"]["checksum"] != got["checksum"]:
+                raise SystemExit(f"the C program read other bytes than the gather (checksums "
+                                 f"{got['c']['checksum']} and {got['checksum']}): the pieces "
+                                 f"are wrong")
+            raw.setdefault("evicted", []).append(got)
+        if "torch" in cases:
+            warm(paths)
+            got = {"loader": in_child("loader", dict(base, batches=batches)),
+                   "torch": in_child("torch", dict(base, batches=batches))}
+            if got["loader"]["samples"] != got["torch"]["samples"]:
+                raise SystemExit("mmnpz.Loader and mmnpz.torch.loader yielded other batches")
+            raw.setdefault("torch", []).append(got)
+        if "open" in cases or "access" in cases:
+            warm([base["many"]])
+        if "open" in cases:
+            raw.setdefault("open", []).append(
+                {"mmnpz": in_child("open", dict(base, **{"with": "mmnpz"})),
+                 "numpy": in_child("open", dict(base, **{"with": "numpy"}))})
+        if "access" in cases:
+            raw.setdefault("access", []).append(
+                in_child("access", dict(base, seed=base["seed"] + r)))
+    return raw
+
+
+def in_child_generate(root, scale):
+    """Generates in a child too: the harness itself never maps an archive."""
+    run = subprocess.run([sys.executable, "-c",
+                          "import json, sys; sys.path.insert(0, sys.argv[1]);"
+                          "import bench_first_touch as b;"
+                          "print(json.dumps(b.generate(sys.argv[2], float(sys.argv[3]))))",
+                          HERE, root, repr(scale)], stdout=subprocess.PIPE, text=True)
+    if run.returncode != 0:
+        raise SystemExit("generating the archives failed")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def row(bars, case, unit, comparison, values, comparison_values, target, **extra):
+    """A table row from each run's figure of the case and of its comparison: the best of
+    each (largest rate, smallest time), their ratio, and each run's own ratio."""
+    timed = unit == "s"
+
+    def ratio_of(x, y):  # >= 1 means the case is better for rates, times compare the other way
+        if bars[0] == "mmnpz.load":
+            return y / x  # how many times faster than np.load
+        return x / y
+
+    figure, s1 = best_and_spread(values, not timed)
+    comparison_figure, s2 = best_and_spread(comparison_values, not timed)
+    ratio = ratio_of(figure, comparison_figure)
+    op, bound = target
+    met = ratio >= bound if op == ">=" else ratio <= bound
+    return dict(bars=bars, case=case, figure=figure, unit=unit, comparison=comparison,
+                comparison_figure=comparison_figure, ratio=ratio,
+                target=f"{op} {bound:g}x" if timed else f"{op} {bound:.0%}",
+                met=met, spread=max(s1, s2),
+                run_ratios=[ratio_of(x, y) for x, y in zip(values, comparison_values)],
+                **extra)
+
+
+def summarize(raw, cases, notes):
+    rows = []
+    if "fresh" in raw and "fresh" in cases:
+        r = raw["fresh"]
+        res = r[-1]["resident_at_start"]
+        rows.append(row(("fresh", "warm"),
+                        "gather in a fresh process (page cache warm, mapping new)", "excerpts/s",
+                        "the same batches once warm (same process)",
+                        [x["excerpts"] / x["fresh_s"] for x in r],
+                        [x["excerpts"] / x["warm_s"] for x in r], (">=", 0.5),
+                        open_s=min(x["open_s"] for x in r)))
+        notes.append(f"fresh: {res[0]:,} of {res[1]:,} archive pages resident before the "
+                     f"fresh process started; Dataset open took "
+                     f"{min(x['open_s'] for x in r) * 1e3:.0f} ms (not in the figure); "
+                     f"{r[0]['excerpts'] // BATCH} batches, the warm figure the fastest of "
+                     f"{WARM_PASSES} passes; gather and C memcpy into page-aligned batches")
+    if "evicted" in raw:
+        r = raw["evicted"]
+        left = max(x["resident_after"][0] / x["resident_after"][1] for x in r)
+        rows.append(row(("gather", "C pread"),
+                        f"gather, archive evicted from the page cache ({left:.0%} of its pages "
+                        f"resident)", "excerpts/s",
+                        "C pread loop, same pieces and threads, evicted",
+                        [x["excerpts"] / x["seconds"] for x in r],
+                        [x["c"]["pieces"] / x["c"]["seconds"] for x in r], (">=", 0.8),
+                        resident_fraction=left))
+        def span(key, scale=1):  # "a" or "a..b" over the runs
+            low, high = (round(f(key(x) * scale for x in r)) for f in (min, max))
+            return f"{low:,}" if low == high else f"{low:,}..{high:,}"
+
+        notes.append(
+            f"evicted (ranges over the runs): archive pages resident, of "
+            f"{r[0]['resident_before'][1]:,}: {span(lambda x: x['resident_before_open'][0])} "
+            f"before the open, {span(lambda x: x['resident_before'][0])} after it (the cold open "
+            f"took {span(lambda x: x['cold_open_s'], 1e3)} ms), "
+            f"{span(lambda x: x['resident_after_fadvise_only'][0])} after POSIX_FADV_DONTNEED "
+            f"alone (pages mapped by the process stay), {span(lambda x: x['resident_after'][0])} "
+            f"after zapping the process's page-table entries of the archive (madvise "
+            f"MADV_DONTNEED on {span(lambda x: x['zapped_ranges'])} mapping) and "
+            f"POSIX_FADV_DONTNEED again, {span(lambda x: x['resident_after_gather'][0])} after "
+            f"the gather; {span(lambda x: x['c']['resident_at_start'][0])} at the C program's "
+            f"start; the gather's and the C program's checksums equal in every run")
+    if "torch" in raw:
+        r = raw["torch"]
+        rows.append(row(("torch", "Loader"), "mmnpz.torch.loader(num_workers=2), batch.sum()",
+                        "excerpts/s", "mmnpz.Loader, same batches, batch.sum()",
+                        [x["torch"]["excerpts"] / x["torch"]["seconds"] for x in r],
+                        [x["loader"]["excerpts"] / x["loader"]["seconds"] for x in r],
+                        (">=", 0.8)))
+
+        def steady(x):  # excerpts/s after the first batch
+            return (x["excerpts"] - BATCH) / max(x["seconds"] - x["first_batch_s"], 1e-9)
+
+        notes.append(f"torch/Loader: the same batches (indices and starts compared); from "
+                     f"construction to the last of "
+                     f"{r[0]['loader']['excerpts'] // BATCH} batches; first batch after "
+                     f"{min(x['torch']['first_batch_s'] for x in r) * 1e3:.0f} ms (torch) and "
+                     f"{min(x['loader']['first_batch_s'] for x in r) * 1e3:.0f} ms (Loader); "
+                     f"after the first batch {max(steady(x['torch']) for x in r):,.0f} and "
+                     f"{max(steady(x['loader']) for x in r):,.0f} excerpts/s")
+    if "open" in raw:
+        r = raw["open"]
+        files = r[0]["mmnpz"]["files"]
+        rows.append(row(("mmnpz.load", "np.load"), f"mmnpz.load of a {files:,}-member archive",
+                        "s", "np.load of the same archive", [x["mmnpz"]["seconds"] for x in r],
+                        [x["numpy"]["seconds"] for x in r], (">=", 30)))
+    if "access" in raw:
+        r = raw["access"]
+        rows.append(row(("first", "repeat"),
+                        "first reader[name] of a member (many-member archive)", "s",
+                        "repeat reader[name] of the same members", [x["first_s"] for x in r],
+                        [x["repeat_s"] for x in r], ("<=", 20)))
+        notes.append(f"access: mean over {r[0]['accesses']:,} random members per run; the "
+                     f"very first access of a process took "
+                     f"{min(x['very_first_s'] for x in r) * 1e6:.0f} us (best run)")
+    if "fresh" in raw and "memcpy" in cases and "memcpy" in raw["fresh"][0]:
+        r = raw["fresh"]
+        rows.append(row(("gather", "C memcpy"), "warm gather", "excerpts/s",
+                        "C memcpy of the same pieces from DRAM, same threads",
+                        [x["excerpts"] / x["warm_s"] for x in r],
+                        [x["memcpy"]["pieces"] / x["memcpy"]["seconds"] for x in r],
+                        (">=", 0.8)))
+        notes.append(f"warm gather: the same C memcpy from a populated shared mapping of the "
+                     f"archive (the page cache as the source): "
+                     f"{max(x['mapped']['pieces'] / x['mapped']['seconds'] for x in r):,.0f} "
+                     f"excerpts/s")
+    return rows
+
+
+def show(value, unit):
+    if unit == "s":
+        return f"{value * 1e3:,.3f} ms" if value >= 1e-3 else f"{value * 1e6:,.2f} us"
+    return f"{value:,.0f} {unit}"
+
+
+def print_table(rows, command, notes, leaks, elapsed):
+    print(f"\n`{command}`\n")
+    print("| case | figure | compared with | figure | ratio | target | met | spread | "
+          "ratio in each run |")
+    print("|---|---:|---|---:|---:|---:|:-:|---:|---:|")
+    for r in rows:
+        fmt = "{:.1f}x" if r["unit"] == "s" else "{:.0%}"
+        ratio = fmt.format(r["ratio"])
+        each = " ".join(fmt.format(x) for x in r["run_ratios"])
+        print(f"| {r['case']} | {show(r['figure'], r['unit'])} | {r['comparison']} | "
+              f"{show(r['comparison_figure'], r['unit'])} | {ratio} | {r['target']} | "
+              f"{'met' if r['met'] else 'NOT met'} | {r['spread']:.0%} | {each} |")
+    print("\nBest of the runs; spread: the largest (worst - best) / best of the two figures."
+          " Ratios: case / comparison (open: np.load time / mmnpz time; access: first /"
+          " repeat time).")
+    for n in notes:
+        print(f"- {n}")
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(f"- WARNING: the machine is busy (load average {load:.1f} on {os.cpu_count()} "
+              f"cores): other processes share the CPU, see the spread and each run's ratio")
+    print(f"- left behind in /dev/shm or in the cases' TMPDIR: "
+          f"{', '.join(leaks) if leaks else 'nothing'}; load average at the end "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; whole run {elapsed:.0f} s")
+
+
+def plot(rows, path, command):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(3, len(rows))
+    lines = -(-len(rows) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4 * columns, 3.6 * lines + 0.6),
+                             squeeze=False)
+    for ax in axes.flat[len(rows):]:
+        ax.axis("off")
+    for ax, r in zip(axes.flat, rows):
+        if r["unit"] == "s":  # times: shown as operations per second, higher is better
+            what = "opens" if r["bars"][0].endswith("load") else "accesses"
+            values, ylabel = [1 / r["figure"], 1 / r["comparison_figure"]], f"{what} per second"
+        else:
+            values, ylabel = [r["figure"], r["comparison_figure"]], r["unit"]
+        bars = ax.bar(list(r["bars"]), values,
+                      color=["tab:green" if r["met"] else "tab:red", "tab:gray"])
+        ax.bar_label(bars, labels=[f"{v:,.3g}" if v < 100 else f"{v:,.0f}" for v in values],
+                     fontsize=7)
+        ax.set_ylabel(ylabel)
+        ratio = f"{r['ratio']:.1f}x" if r["unit"] == "s" else f"{r['ratio']:.0%}"
+        ax.set_title(f"{wrap(r['case'])}\n{ratio} (target {r['target']})", fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle(f"mmnpz data path at first touch (green: target met, red: not met)\n"
+                 f"{wrap(command, 110)}", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def wrap(text, width=34):
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if line and len(line) + 1 + len(w) > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    return "\n".join(lines + [line])
+
+
+if __name__ == "__main__":
+    main()
