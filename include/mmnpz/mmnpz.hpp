@@ -6,6 +6,7 @@
 #include "mmnpz/dtype.hpp"
 #include "mmnpz/error.hpp"
 #include "mmnpz/data/gather.hpp"
+#include "mmnpz/data/loader.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
 #include "mmnpz/data/sampler.hpp"

@@ -158,7 +158,9 @@ void bind_data(py::module_& m) {
            [](const mmnpz::dataset& d) {
              py::array_t<std::uint32_t> out(static_cast<py::ssize_t>(d.size()));
              auto* p = out.mutable_data();
-             for (std::size_t i = 0; i < d.size(); ++i) p[i] = d.item(i).layout;
+             for (std::size_t i = 0; i < d.size(); ++i) {
+               p[i] = static_cast<std::uint32_t>(d.layout_id(i));
+             }
              return out;
            })
       .def("layouts",
