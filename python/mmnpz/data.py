@@ -19,7 +19,8 @@ import sys
 
 import numpy as np
 
-from . import _mmnpz
+from . import _core, _mmnpz
+from ._npz import NpzReader
 
 __all__ = ["Batch", "Dataset", "Loader", "Sampler", "gather_fields"]
 
@@ -41,9 +42,7 @@ def _specs(source):
 
 
 def _layout(descr, trailing):
-    from . import _dtype
-
-    return _dtype(descr), tuple(trailing)
+    return _core.dtype(descr), tuple(trailing)
 
 
 class Dataset:
@@ -156,8 +155,6 @@ class Dataset:
         return tuple(self._d.locate(self._check(index)))
 
     def _reader(self, path):
-        from . import NpzReader
-
         reader = self._readers.get(path)
         if reader is None:
             reader = self._readers[path] = NpzReader(path)
