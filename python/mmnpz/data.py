@@ -16,7 +16,7 @@ import collections
 import functools
 import operator
 import os
-import sys
+import weakref
 
 import numpy as np
 
@@ -360,6 +360,41 @@ padding), one array per field like data; epoch, position: where in the sample st
 batch begins (this rank's position)."""
 
 
+class _Buffers:
+    """The Loader's output memory, recycled by ownership: each batch array is made on a
+    bytearray of its own and watched by a weak reference, whose callback gives the bytearray
+    back for a later batch once the array is gone, and with it every view, Batch and tensor
+    that kept it (a view's base is the array, a tensor holds the array). Up to ``limit``
+    released bytearrays are kept."""
+
+    def __init__(self, limit):
+        self._free = []  # released bytearrays, each of one batch array's size
+        self._lent = {}  # id(weak reference) -> (weak reference, bytearray) of live arrays
+        self._limit = limit
+
+    def array(self, field, shape, dtype):
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        for k, memory in enumerate(self._free):
+            if len(memory) == nbytes:
+                del self._free[k]
+                break
+        else:
+            # Fresh memory costs a page fault per 4 KiB on its first write, more than the
+            # gather itself for large batches: hence the recycling.
+            memory = bytearray(nbytes)
+        array = np.ndarray(shape, dtype, buffer=memory)
+        watch = weakref.ref(array, self._release)
+        self._lent[id(watch)] = watch, memory
+        return array
+
+    def _release(self, watch):  # runs where the array's last reference goes
+        _, memory = self._lent.pop(id(watch))
+        if len(self._free) < self._limit:
+            self._free.append(memory)
+
+
 class Loader:
     """Batches of excerpts, gathered in the background and yielded in order.
 
@@ -372,8 +407,8 @@ class Loader:
     ``state_dict()`` after a batch says where the next one begins; a Loader given that state
     with ``load_state_dict`` yields exactly the batches that would have followed.
 
-    A batch's arrays are new to it; their memory is recycled for a later batch only once no
-    Python object refers to them any more (views and torch.from_numpy tensors of them count).
+    A batch's arrays are new to it; their memory is recycled for a later batch only once the
+    arrays are gone: no Batch, view or torch.from_numpy tensor of them is left.
     """
 
     def __init__(self, dataset, sampler, batch_size, *, length=None, pad="none", fill=0,
@@ -395,7 +430,7 @@ class Loader:
         self.fields = [(dataset, 1)] + [(d, r) for d, r in fields]
         self.epoch, self.position = 0, 0
         self._excerpt = excerpt
-        self._spares = []  # output arrays to recycle once their batches are dropped
+        self._buffers = _Buffers((self.prefetch + 3) * len(self.fields))
 
     def __len__(self):
         """Batches still to come (TypeError when endless)."""
@@ -430,24 +465,11 @@ class Loader:
             yield epoch, position, count
             position += count
 
-    def _buffer(self, field, shape, dtype):
-        """An output array: a spare one nobody else references any more (the batch that held
-        it was dropped), else a new one. Fresh memory costs a page fault per 4 KiB on its
-        first write, more than the gather itself for large batches."""
-        for spare in self._spares:
-            # References: the list, the loop variable and getrefcount's argument.
-            if spare.shape == shape and spare.dtype == dtype and sys.getrefcount(spare) <= 3:
-                return spare
-        fresh = np.empty(shape, dtype)
-        if len(self._spares) < (self.prefetch + 3) * len(self.fields):
-            self._spares.append(fresh)
-        return fresh
-
     def _start(self, epoch, position, count):
         """Samples a batch and starts gathering it on the C++ pool: (batch, pending)."""
         indices, starts = self.sampler.sample(epoch, position, count)
         specs, starts, data, valid = _prepare([(d, indices, r) for d, r in self.fields], starts,
-                                              self._excerpt, self._buffer, self.fill,
+                                              self._excerpt, self._buffers.array, self.fill,
                                               True)
         pending = _mmnpz.gather_async(specs, starts, self._excerpt)
         if len(self.fields) == 1:
@@ -485,5 +507,6 @@ class Loader:
                 pending.wait()
                 self._advance(batch)
                 yield batch
+                batch = pending = None  # the caller's batch alone keeps its memory
         finally:
             window.clear()  # a pending gather waits for its copy when dropped

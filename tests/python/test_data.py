@@ -2,6 +2,7 @@
 that numpy itself wrote and read back."""
 
 import pickle
+import sys
 import threading
 import zipfile
 
@@ -428,6 +429,47 @@ def test_compressed_items_are_inflated_on_their_first_gather_not_when_opening(tm
     got = ds.gather([3, 3, 7], [0, 2000, 10], 500)
     assert [np.unique(g).tolist() for g in got] == [[3.0], [3.0], [7.0]]
     assert 15_000 < grown_kib(before)["RssAnon"] < 60_000  # two members of 10 MB inflated
+
+
+def test_a_batchs_data_held_alone_is_never_overwritten(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    sampler = mmnpz.Sampler(ds, "replacement", length=4, num_samples=400)
+    held, copies = [], []
+    for batch in mmnpz.Loader(ds, sampler, 4, pad="wrap", prefetch=2):
+        if batch.position % 8 == 0:
+            held.append(batch.data)  # the array alone: the Batch itself is dropped
+            copies.append(batch.data.copy())
+    assert len(held) == 50
+    assert all(np.array_equal(h, c) for h, c in zip(held, copies))
+    assert len({h.ctypes.data for h in held}) == len(held)
+
+
+def test_released_batches_are_recycled_without_counting_references(shards, monkeypatch):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    sampler = mmnpz.Sampler(ds, "replacement", length=4, num_samples=400)
+
+    def refuse(*_):
+        raise AssertionError("the loader counted references")
+
+    monkeypatch.setattr(sys, "getrefcount", refuse)
+    # Without prefetching, the batch being gathered and the one the caller holds are all
+    # there is: two buffers take turns, each coming back once its batch is released.
+    addresses = [b.data.ctypes.data for b in mmnpz.Loader(ds, sampler, 4, prefetch=0)]
+    assert len(addresses) == 100
+    assert len(set(addresses)) == 2
+    assert addresses[0::2] == [addresses[0]] * 50 and addresses[1::2] == [addresses[1]] * 50
+    # A released view or tensor-like holder releases the memory as well.
+    loader = iter(mmnpz.Loader(ds, sampler, 4, prefetch=0))
+    first = next(loader)
+    view = first.data[1:]
+    address = first.data.ctypes.data
+    del first
+    second = next(loader)
+    assert second.data.ctypes.data != address  # the view still holds the first batch's memory
+    del view, second
+    assert address in {next(loader).data.ctypes.data for _ in range(2)}
 
 
 def test_options_are_checked_once_with_one_message_each_in_the_users_words(shards):
