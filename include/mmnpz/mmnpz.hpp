@@ -7,6 +7,7 @@
 #include "mmnpz/error.hpp"
 #include "mmnpz/member_info.hpp"
 #include "mmnpz/data/gather.hpp"
+#include "mmnpz/data/loader.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
 #include "mmnpz/shard_writer.hpp"

@@ -112,6 +112,18 @@ def gather_fields(fields: Sequence[Tuple[Dataset, npt.ArrayLike, Any]], starts: 
                   pad: str = "none", fill: Any = 0, threads: int = 0,
                   valid: bool = False) -> Any: ...
 
+class _SamplerOptions:  # mmnpz._mmnpz.SamplerOptions, the C++ sampler_options
+    kind: str
+    seed: int
+    length: int
+    hop: int
+    shuffle_windows: bool
+    random_crop: bool
+    num_samples: int
+    rank: int
+    world_size: int
+    drop_remainder: bool
+
 class Sampler:
     kind: str
     seed: int
@@ -122,6 +134,8 @@ class Sampler:
                  seed: int = 0, length: int = 0, hop: int = 0, shuffle_windows: bool = False,
                  random_crop: bool = True, num_samples: int = 0, rank: Optional[int] = None,
                  world_size: Optional[int] = None, drop_remainder: bool = True) -> None: ...
+    @property
+    def options(self) -> _SamplerOptions: ...
     @property
     def epoch_size(self) -> int: ...
     def __len__(self) -> int: ...

@@ -13,18 +13,17 @@ Python object per item.
 """
 
 import collections
-import fractions
+import functools
+import operator
 import os
-import sys
+import weakref
 
 import numpy as np
 
-from . import _mmnpz
+from . import _core, _mmnpz
+from ._npz import NpzReader
 
 __all__ = ["Batch", "Dataset", "Loader", "Sampler", "gather_fields"]
-
-_PADS = ("none", "fill", "wrap")
-_ONE = fractions.Fraction(1)
 
 
 def _specs(source):
@@ -41,9 +40,7 @@ def _specs(source):
 
 
 def _layout(descr, trailing):
-    from . import _dtype
-
-    return _dtype(descr), tuple(trailing)
+    return _core.dtype(descr), tuple(trailing)
 
 
 class Dataset:
@@ -61,16 +58,15 @@ class Dataset:
 
     def __init__(self, source, *, select=None, order="concatenate", threads=0):
         self._specs = _specs(source)
-        self._select = select or ""
-        self._order = order
-        self._threads = threads
-        self._d = _mmnpz.Dataset(self._specs, self._select, order, threads)
+        self._options = _mmnpz.DatasetOptions(select=select or "", order=order, threads=threads)
+        self._d = _mmnpz.Dataset(self._specs, self._options)
         self._lengths = None
         self._layouts = None
         self._readers = {}
 
     def __reduce__(self):
-        return (_reopen_dataset, (self._specs, self._select, self._order, self._threads))
+        o = self._options
+        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads))
 
     def __len__(self):
         return len(self._d)
@@ -156,8 +152,6 @@ class Dataset:
         return tuple(self._d.locate(self._check(index)))
 
     def _reader(self, path):
-        from . import NpzReader
-
         reader = self._readers.get(path)
         if reader is None:
             reader = self._readers[path] = NpzReader(path)
@@ -191,18 +185,18 @@ class Dataset:
         trailing shape (TypeError / ValueError naming the first that does not).
         """
         # The one-field case without gather_fields' generality: this runs once per batch.
-        if pad not in _PADS:
-            raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
+        length = int(length)
+        options = _excerpt_options(length, pad, operator.index(threads))
         indices, starts = _int64_vector(indices, "indices"), _int64_vector(starts, "starts")
-        if indices.shape != starts.shape:
-            raise ValueError(f"there are {indices.size} indices but {starts.size} starts")
-        length = _length(length)
         dtype, trailing = self._batch_layout(indices)
         out = _out_array(out, (len(indices), length) + trailing, dtype)
         rows = np.empty(len(indices), np.int64) if valid else None
-        fill_bytes = np.array(fill, dtype=dtype).tobytes() if pad == "fill" and fill != 0 else b""
-        _mmnpz.gather([(self._d, indices, 1, 1, out, rows)], starts, length, pad, fill_bytes,
-                      threads)
+        fill_bytes = _fill_bytes(pad, fill, dtype)
+        if rows is None and not fill_bytes:  # keywords cost time in pybind11: only when needed
+            field = _mmnpz.GatherField(self._d, indices, out)
+        else:
+            field = _mmnpz.GatherField(self._d, indices, out, valid=rows, fill=fill_bytes)
+        _mmnpz.gather([field], starts, options)
         return (out, rows) if valid else out
 
     def _batch_layout(self, indices):
@@ -225,11 +219,15 @@ def _int64_vector(values, what):
     return values
 
 
-def _length(length):
-    length = int(length)
-    if length < 0:
-        raise ValueError(f"length must not be negative, not {length}")
-    return length
+@functools.lru_cache(maxsize=64)
+def _excerpt_options(length, pad, threads):
+    """An ExcerptOptions, shared by the calls that give the same arguments (none changes it)."""
+    return _mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads)
+
+
+def _fill_bytes(pad, fill, dtype):
+    """The fill element in `dtype` (empty: zeros, or no filling)."""
+    return np.array(fill, dtype=dtype).tobytes() if pad == "fill" and fill != 0 else b""
 
 
 def _out_array(out, shape, dtype):
@@ -247,15 +245,6 @@ def _reopen_dataset(specs, select, order, threads):
     return Dataset(specs, select=select or None, order=order, threads=threads)
 
 
-def _rate(rate):
-    if rate == 1:
-        return _ONE  # the common case, without building a Fraction
-    r = fractions.Fraction(rate).limit_denominator(1 << 20)
-    if r <= 0:
-        raise ValueError(f"a field's rate must be positive, not {rate!r}")
-    return r
-
-
 def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, threads=0,
                   valid=False):
     """The same excerpt windows taken from several aligned datasets in one call.
@@ -266,45 +255,44 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     Returns one array per field (and, with ``valid=True``, one valid-rows array per field).
     See Dataset.gather for the rest.
     """
-    specs, starts, results, valids = _prepare(fields, starts, length, outs, pad, fill, valid)
-    _mmnpz.gather(specs, starts, length, pad, b"", threads)  # everything checked, then copied
+    options = _excerpt_options(int(length), pad, operator.index(threads))
+    if outs is None:
+        out_for = _new_out
+    elif len(outs) != len(fields):
+        raise ValueError(f"there are {len(fields)} fields but {len(outs)} outs")
+    else:
+        def out_for(f, shape, dtype):
+            return _out_array(outs[f], shape, dtype)
+    specs, starts, results, valids = _prepare(fields, starts, options, out_for, fill, valid)
+    _mmnpz.gather(specs, starts, options)  # everything checked, then copied
     return (results, valids) if valid else results
 
 
-def _prepare(fields, starts, length, outs, pad, fill, valid):
-    """gather_fields' arguments checked and converted for _mmnpz.gather[_async], with the
-    output arrays (new where ``outs`` has None) and valid-rows arrays (None unless ``valid``)."""
-    if pad not in _PADS:
-        raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
+def _new_out(field, shape, dtype):
+    return np.empty(shape, dtype)
+
+
+def _prepare(fields, starts, options, out_for, fill, valid):
+    """gather_fields' arguments as _mmnpz.GatherFields for ``options`` (an ExcerptOptions),
+    with the int64 starts, the output arrays (``out_for(field, shape, dtype)`` gives each) and
+    the valid-rows arrays (None unless ``valid``)."""
     starts = _int64_vector(starts, "starts")
-    length = _length(length)
-    if outs is not None and len(outs) != len(fields):
-        raise ValueError(f"there are {len(fields)} fields but {len(outs)} outs")
     specs, results, valids = [], [], []
     for f, (ds, indices, rate) in enumerate(fields):
         if not isinstance(ds, Dataset):
             raise TypeError(f"fields must hold mmnpz.Dataset, not {type(ds).__name__}")
         indices = _int64_vector(indices, "indices")
-        if indices.shape != starts.shape:
-            raise ValueError(f"there are {indices.size} indices but {starts.size} starts")
-        r = _rate(rate)
-        rows = length * r
-        if rows.denominator != 1:
-            raise ValueError(f"an excerpt of {length} rows at rate {r} is not a whole number "
-                             f"of rows")
+        r = _core.rate(rate)
+        rows = _mmnpz.field_length(options.length, r.numerator, r.denominator)
         dtype, trailing = ds._batch_layout(indices)
-        out = _out_array(None if outs is None else outs[f], (len(indices), int(rows)) + trailing,
-                         dtype)
+        out = out_for(f, (len(indices), rows) + trailing, dtype)
         v = np.empty(len(indices), np.int64) if valid else None
-        # Each field's fill element in its own dtype (empty: zeros).
-        fill_bytes = np.array(fill, dtype=dtype).tobytes() if pad == "fill" and fill != 0 else b""
-        specs.append((ds._d, indices, r.numerator, r.denominator, out, v, fill_bytes))
+        specs.append(_mmnpz.GatherField(ds._d, indices, out, rate_num=r.numerator,
+                                        rate_den=r.denominator, valid=v,
+                                        fill=_fill_bytes(options.pad, fill, dtype)))
         results.append(out)
         valids.append(v)
     return specs, starts, results, valids
-
-
-_KINDS = ("sequential", "shuffle", "replacement", "sliding", "weighted")
 
 
 class Sampler:
@@ -329,25 +317,22 @@ class Sampler:
     def __init__(self, lengths, kind="shuffle", *, seed=0, length=0, hop=0,
                  shuffle_windows=False, random_crop=True, num_samples=0, rank=None,
                  world_size=None, drop_remainder=True):
-        if kind not in _KINDS:
-            raise ValueError(f"kind must be one of {_KINDS}, not {kind!r}")
+        rank, world_size = _core.rank_and_world(rank, world_size)
+        options = _mmnpz.SamplerOptions(
+            kind=kind, seed=int(seed), length=int(length), hop=int(hop),
+            shuffle_windows=shuffle_windows, random_crop=random_crop,
+            num_samples=int(num_samples), rank=int(rank), world_size=int(world_size),
+            drop_remainder=drop_remainder)
         if isinstance(lengths, Dataset):
             lengths = lengths.lengths
-        if rank is None or world_size is None:
-            auto_rank, auto_world = _distributed()
-            rank = auto_rank if rank is None else rank
-            world_size = auto_world if world_size is None else world_size
-        self.kind, self.seed, self.length = kind, int(seed), int(length)
-        self.rank, self.world_size = int(rank), int(world_size)
-        for name, value in (("seed", seed), ("length", length), ("hop", hop),
-                            ("num_samples", num_samples), ("rank", rank),
-                            ("world_size", world_size)):
-            if int(value) < 0:
-                raise ValueError(f"{name} must not be negative, not {value}")
-        self._s = _mmnpz.Sampler(_int64_vector(lengths, "lengths"), kind, self.seed,
-                                 self.length, int(hop), bool(shuffle_windows),
-                                 bool(random_crop), int(num_samples), self.rank,
-                                 self.world_size, bool(drop_remainder))
+        self._s = _mmnpz.Sampler(_int64_vector(lengths, "lengths"), options)
+        self.kind, self.seed, self.length = options.kind, options.seed, options.length
+        self.rank, self.world_size = options.rank, options.world_size
+
+    @property
+    def options(self):
+        """The sampler's options (an mmnpz._mmnpz.SamplerOptions, a copy)."""
+        return self._s.options
 
     @property
     def epoch_size(self):
@@ -366,15 +351,6 @@ class Sampler:
         return self._s.sample(int(epoch), int(position), int(count))
 
 
-def _distributed():
-    torch = __import__("sys").modules.get("torch")
-    if torch is not None:
-        dist = getattr(torch, "distributed", None)
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 Batch = collections.namedtuple("Batch", "data indices starts valid epoch position")
 Batch.__doc__ = """One batch from a Loader.
 
@@ -382,6 +358,41 @@ data: the excerpts (batch, length, *trailing), or a tuple with one such array pe
 indices, starts: the samples; valid: rows of each excerpt taken from its item (the rest is
 padding), one array per field like data; epoch, position: where in the sample stream the
 batch begins (this rank's position)."""
+
+
+class _Buffers:
+    """The Loader's output memory, recycled by ownership: each batch array is made on a
+    bytearray of its own and watched by a weak reference, whose callback gives the bytearray
+    back for a later batch once the array is gone, and with it every view, Batch and tensor
+    that kept it (a view's base is the array, a tensor holds the array). Up to ``limit``
+    released bytearrays are kept."""
+
+    def __init__(self, limit):
+        self._free = []  # released bytearrays, each of one batch array's size
+        self._lent = {}  # id(weak reference) -> (weak reference, bytearray) of live arrays
+        self._limit = limit
+
+    def array(self, field, shape, dtype):
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        for k, memory in enumerate(self._free):
+            if len(memory) == nbytes:
+                del self._free[k]
+                break
+        else:
+            # Fresh memory costs a page fault per 4 KiB on its first write, more than the
+            # gather itself for large batches: hence the recycling.
+            memory = bytearray(nbytes)
+        array = np.ndarray(shape, dtype, buffer=memory)
+        watch = weakref.ref(array, self._release)
+        self._lent[id(watch)] = watch, memory
+        return array
+
+    def _release(self, watch):  # runs where the array's last reference goes
+        _, memory = self._lent.pop(id(watch))
+        if len(self._free) < self._limit:
+            self._free.append(memory)
 
 
 class Loader:
@@ -392,47 +403,34 @@ class Loader:
     aligned datasets as ``(dataset, rate)`` pairs gathered with the same indices and windows
     (see gather_fields). ``epochs``: how many epochs to run (None: endlessly). ``prefetch``
     batches beyond the next are gathered ahead, in the background on the C++ thread pool
-    (no Python thread: the GIL is not needed), while the caller uses the current one. ``state_dict()``
-    after a batch says where the next one begins; a Loader given that state with
-    ``load_state_dict`` yields exactly the batches that would have followed.
+    (no Python thread: the GIL is not needed), while the caller uses the current one.
+    ``state_dict()`` after a batch says where the next one begins; a Loader given that state
+    with ``load_state_dict`` yields exactly the batches that would have followed.
 
-    A batch's arrays are new to it; their memory is recycled for a later batch only once no
-    Python object refers to them any more (views and torch.from_numpy tensors of them count).
+    A batch's arrays are new to it; their memory is recycled for a later batch only once the
+    arrays are gone: no Batch, view or torch.from_numpy tensor of them is left.
     """
 
     def __init__(self, dataset, sampler, batch_size, *, length=None, pad="none", fill=0,
                  fields=(), epochs=1, prefetch=2, threads=0, drop_last=True):
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset must be an mmnpz.Dataset, not {type(dataset).__name__}")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, not {batch_size}")
-        if epochs is not None and epochs < 0:
-            raise ValueError(f"epochs must be None or at least 0, not {epochs}")
-        if pad not in _PADS:
-            raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
-        self.dataset, self.sampler, self.batch_size = dataset, sampler, int(batch_size)
-        self.length = sampler.length if length is None else int(length)
-        if self.length <= 0:
-            raise ValueError("an excerpt length is needed (pass length= or a sampler with one)")
+        if not isinstance(sampler, Sampler):
+            raise TypeError(f"sampler must be an mmnpz.Sampler, not {type(sampler).__name__}")
+        excerpt = _mmnpz.ExcerptOptions(
+            length=sampler.length if length is None else int(length), pad=pad, threads=threads)
+        options = _mmnpz.LoaderOptions(
+            batch_size=int(batch_size), excerpt=excerpt,
+            epochs=None if epochs is None else int(epochs), prefetch=int(prefetch),
+            drop_last=drop_last)
+        self.batches_per_epoch = _mmnpz.batches_per_epoch(options, sampler._s)
+        self.dataset, self.sampler, self.batch_size = dataset, sampler, options.batch_size
+        self.length, self.pad, self.fill, self.threads = excerpt.length, excerpt.pad, fill, threads
+        self.epochs, self.prefetch, self.drop_last = options.epochs, options.prefetch, drop_last
         self.fields = [(dataset, 1)] + [(d, r) for d, r in fields]
-        self.pad, self.fill, self.threads = pad, fill, threads
-        self.epochs, self.prefetch, self.drop_last = epochs, int(prefetch), drop_last
         self.epoch, self.position = 0, 0
-        self._spares = []  # output arrays to recycle once their batches are dropped
-        self._layouts = []  # per field: (dtype, trailing, rows) when all its items share them
-        for d, r in self.fields:
-            layouts = d.layouts
-            rows = self.length * _rate(r)
-            if len(layouts) == 1 and rows.denominator == 1:
-                self._layouts.append(layouts[0] + (int(rows),))
-            else:
-                self._layouts.append(None)
-        per_rank = len(sampler)
-        self.batches_per_epoch = (per_rank // self.batch_size if drop_last
-                                  else -(-per_rank // self.batch_size))
-        if self.batches_per_epoch == 0:
-            raise ValueError(f"an epoch of {per_rank} samples for this rank has no full batch "
-                             f"of {self.batch_size}")
+        self._excerpt = excerpt
+        self._buffers = _Buffers((self.prefetch + 3) * len(self.fields))
 
     def __len__(self):
         """Batches still to come (TypeError when endless)."""
@@ -467,32 +465,13 @@ class Loader:
             yield epoch, position, count
             position += count
 
-    def _buffer(self, field, count):
-        """An output array for `field`: a spare one nobody else references any more (the
-        batch that held it was dropped), else a new one. Fresh memory costs a page fault per
-        4 KiB on its first write, more than the gather itself for large batches."""
-        layout = self._layouts[field]
-        if layout is None:
-            return None  # mixed layouts: gather allocates by the batch's own
-        dtype, trailing, rows = layout
-        shape = (count, rows) + trailing
-        for spare in self._spares:
-            # References: the list, the loop variable and getrefcount's argument.
-            if spare.shape == shape and spare.dtype == dtype and sys.getrefcount(spare) <= 3:
-                return spare
-        fresh = np.empty(shape, dtype)
-        if len(self._spares) < (self.prefetch + 3) * len(self.fields):
-            self._spares.append(fresh)
-        return fresh
-
     def _start(self, epoch, position, count):
         """Samples a batch and starts gathering it on the C++ pool: (batch, pending)."""
         indices, starts = self.sampler.sample(epoch, position, count)
-        outs = [self._buffer(f, count) for f in range(len(self.fields))]
         specs, starts, data, valid = _prepare([(d, indices, r) for d, r in self.fields], starts,
-                                              self.length, outs, self.pad, self.fill, True)
-        del outs
-        pending = _mmnpz.gather_async(specs, starts, self.length, self.pad, b"", self.threads)
+                                              self._excerpt, self._buffers.array, self.fill,
+                                              True)
+        pending = _mmnpz.gather_async(specs, starts, self._excerpt)
         if len(self.fields) == 1:
             data, valid = data[0], valid[0]
         else:
@@ -528,5 +507,6 @@ class Loader:
                 pending.wait()
                 self._advance(batch)
                 yield batch
+                batch = pending = None  # the caller's batch alone keeps its memory
         finally:
             window.clear()  # a pending gather waits for its copy when dropped

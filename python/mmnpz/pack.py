@@ -45,7 +45,7 @@ import wave
 
 import numpy as np
 
-from . import NpzReader
+from ._npz import NpzReader
 from .shards import ShardWriter
 
 WAVE_EXTENSIONS = (".wav", ".wave")

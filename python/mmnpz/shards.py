@@ -4,7 +4,9 @@ import operator
 
 import numpy as np
 
-from . import _mmnpz, _path, _raw_bytes
+from . import _mmnpz
+from ._core import path as _path
+from ._npz import _raw_bytes
 
 __all__ = ["ShardWriter"]
 

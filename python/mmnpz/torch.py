@@ -14,7 +14,6 @@ without another copy. This module imports torch; ``import mmnpz`` does not.
 """
 
 import collections.abc
-import fractions
 import operator
 import os
 
@@ -23,21 +22,13 @@ import torch
 import torch.distributed
 import torch.utils.data
 
+from . import _core, _mmnpz
 from .data import Dataset, Sampler, gather_fields
 
 __all__ = ["ExcerptBatches", "loader"]
 
 # The keys of a batch besides the extra fields' (which may not take these names).
 _RESERVED = ("data", "valid", "indices", "starts", "epoch", "batch")
-_PADS = ("none", "fill", "wrap")
-
-
-def _distributed():
-    """(rank, world size) of torch.distributed when it is initialised, else (0, 1)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _torch_dtype(dtype, where):
@@ -99,16 +90,10 @@ class ExcerptBatches(torch.utils.data.Dataset):
                  shuffle_windows=False, random_crop=True, num_samples=0, drop_remainder=True,
                  rank=None, world_size=None, pad="none", fill=0, drop_last=True, select=None,
                  order="concatenate", fields=(), threads=None):
-        if operator.index(batch_size) <= 0:
-            raise ValueError(f"batch_size must be positive, not {batch_size}")
-        if operator.index(length) <= 0:
-            raise ValueError(f"length must be positive, not {length}")
-        if pad not in _PADS:
-            raise ValueError(f"pad must be one of {_PADS}, not {pad!r}")
-        if rank is None or world_size is None:
-            auto_rank, auto_world = _distributed()
-            rank = auto_rank if rank is None else rank
-            world_size = auto_world if world_size is None else world_size
+        options = _mmnpz.LoaderOptions(
+            batch_size=batch_size, drop_last=drop_last,
+            excerpt=_mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads or 0))
+        rank, world_size = _core.rank_and_world(rank, world_size)
         if isinstance(fields, collections.abc.Mapping):
             fields = list(fields.items())
         else:
@@ -131,18 +116,14 @@ class ExcerptBatches(torch.utils.data.Dataset):
             shuffle_windows=bool(shuffle_windows), random_crop=bool(random_crop),
             num_samples=int(num_samples), rank=int(rank), world_size=int(world_size),
             drop_remainder=bool(drop_remainder))
-        self.batch_size, self.length = int(batch_size), int(length)
+        self.batch_size, self.length = options.batch_size, options.excerpt.length
         self.pad, self.fill, self.drop_last, self.threads = pad, fill, bool(drop_last), threads
         self.epoch = 0
         self._datasets = self._sampler = self._layouts = None
         datasets = self._open()
         self._items, self._epoch_size = len(datasets[0]), self._sampler.epoch_size
         self._per_rank = len(self._sampler)
-        self._batches = (self._per_rank // self.batch_size if self.drop_last
-                         else -(-self._per_rank // self.batch_size))
-        if self._batches == 0:
-            raise ValueError(f"an epoch of {self._per_rank} samples for rank {self.rank} has "
-                             f"no {'full ' if self.drop_last else ''}batch of {self.batch_size}")
+        self._batches = _mmnpz.batches_per_epoch(options, self._sampler._s)
         for ds, name in zip(datasets, ["data"] + names):
             if len(ds) != self._items:
                 raise ValueError(f"field {name!r} has {len(ds)} items, the data {self._items}")
@@ -257,7 +238,7 @@ class ExcerptBatches(torch.utils.data.Dataset):
         if torch.utils.data.get_worker_info() is not None:
             # Gathered straight into shared memory, the batch crosses to the main process as is.
             for f, rate in enumerate(rates):
-                rows = self.length * fractions.Fraction(rate).limit_denominator(1 << 20)
+                rows = self.length * _core.rate(rate)
                 if rows.denominator == 1:  # else gather_fields raises
                     tensors[f] = self._shared_out(f, indices, int(rows))
         outs = [None if t is None else t.numpy() for t in tensors]

@@ -91,16 +91,46 @@ py::buffer_info bytes_of(const py::buffer& b) {
   return info;
 }
 
-// The reader with what it needs to build numpy.memmap views itself: one call per first access
+// The numpy dtype of a .npy descr literal ("'<f4'", "[('a', '<i2')]"): the one cache of
+// them, for the whole process (mmnpz._core.dtype is this function). Set up when the module is
+// imported (no function-local static runs Python code: another thread could hold the GIL).
+struct dtype_cache {
+  py::object literal_eval = py::module_::import("ast").attr("literal_eval");
+  py::object descr_to_dtype = py::module_::import("numpy.lib.format").attr("descr_to_dtype");
+  py::dict dtypes;  // descr literal -> numpy dtype
+};
+dtype_cache* dtypes = nullptr;  // never destroyed: the interpreter may end first
+
+py::object numpy_dtype(const py::str& descr) {
+  if (PyObject* hit = PyDict_GetItemWithError(dtypes->dtypes.ptr(), descr.ptr())) {
+    return py::reinterpret_borrow<py::object>(hit);
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+  py::object dtype = dtypes->descr_to_dtype(dtypes->literal_eval(descr));
+  dtypes->dtypes[descr] = dtype;
+  return dtype;
+}
+
+// The one builder of the numpy.memmap views of stored arrays: `v`'s data read-only, based on
+// `base` (the whole file's memmap, whose type the view takes).
+py::object memmap_view(const mmnpz::array_view& v, const py::object& base) {
+  if (!base) throw py::value_error("the reader has no base memmap (call configure)");
+  py::object dtype = numpy_dtype(py::str(v.type().descr()));
+  std::vector<Py_intptr_t> dims(v.shape().begin(), v.shape().end());
+  std::vector<Py_intptr_t> strides(v.strides().begin(), v.strides().end());
+  auto& api = py::detail::npy_api::get();
+  PyObject* array = api.PyArray_NewFromDescr_(
+      Py_TYPE(base.ptr()), dtype.inc_ref().ptr(), static_cast<int>(dims.size()), dims.data(),
+      strides.data(), const_cast<std::byte*>(v.data()), /*flags: read-only*/ 0, nullptr);
+  if (!array) throw py::error_already_set();
+  api.PyArray_SetBaseObject_(array, base.inc_ref().ptr());
+  return py::reinterpret_steal<py::object>(array);
+}
+
+// The reader with the whole file's memmap that views are based on: one call per first access
 // finds the member, decodes it and makes the view, without the buffer protocol.
 struct py_reader {
   explicit py_reader(mmnpz::reader opened) : r(std::move(opened)) {}
-
-  void configure(py::object whole_file, py::object memmap, py::object dtype_of) {
-    base = std::move(whole_file);
-    memmap_type = std::move(memmap);
-    make_dtype = std::move(dtype_of);
-  }
 
   py::object lookup(const py::handle& key) {
     if (!PyUnicode_Check(key.ptr())) return py::none();
@@ -119,35 +149,11 @@ struct py_reader {
       if (e.code() != mmnpz::errc::object_array) throw;
       return py::make_tuple(*index, py::none());
     }
-    return py::make_tuple(*index, view(v));
-  }
-
-  // A read-only numpy.memmap of the mapped data, based on the whole file's memmap.
-  py::object view(const mmnpz::array_view& v) {
-    py::str descr(v.type().descr());
-    py::object dtype =
-        py::reinterpret_borrow<py::object>(PyDict_GetItem(dtypes.ptr(), descr.ptr()));
-    if (!dtype) {
-      dtype = make_dtype(descr);
-      dtypes[descr] = dtype;
-    }
-    std::vector<Py_intptr_t> dims(v.shape().begin(), v.shape().end());
-    std::vector<Py_intptr_t> strides(v.strides().begin(), v.strides().end());
-    auto& api = py::detail::npy_api::get();
-    PyObject* array = api.PyArray_NewFromDescr_(
-        reinterpret_cast<PyTypeObject*>(memmap_type.ptr()), dtype.inc_ref().ptr(),
-        static_cast<int>(dims.size()), dims.data(), strides.data(),
-        const_cast<std::byte*>(v.data()), /*flags: read-only*/ 0, nullptr);
-    if (!array) throw py::error_already_set();
-    api.PyArray_SetBaseObject_(array, base.inc_ref().ptr());
-    return py::reinterpret_steal<py::object>(array);
+    return py::make_tuple(*index, memmap_view(v, base));
   }
 
   mmnpz::reader r;
-  py::object base;
-  py::object memmap_type;
-  py::object make_dtype;
-  py::dict dtypes;  // descr literal -> numpy dtype
+  py::object base;  // the whole file's numpy.memmap
 };
 
 class py_stream {
@@ -166,13 +172,53 @@ class py_stream {
   mmnpz::writer::stream s_;
 };
 
-}  // namespace
+// The Reader's description of member i: ('array', descr, shape, fortran_order, file_offset,
+// nbytes, buffer or None for mapped data), ('bytes',) or ('object',).
+py::tuple array_info(const mmnpz::reader& r, std::size_t i) {
+  mmnpz::array_view v;
+  const char* kind = "array";
+  {
+    // Inflating a deflated member takes long enough to be worth releasing the GIL; decoding a
+    // stored one (well under a microsecond) is not. While released, no Python object may be
+    // touched.
+    std::optional<py::gil_scoped_release> nogil;
+    if (r.member(i).is_deflated()) nogil.emplace();
+    if (!r.is_array(i)) {
+      kind = "bytes";
+    } else {
+      try {
+        v = r.array(i);
+      } catch (const mmnpz::error& e) {
+        if (e.code() != mmnpz::errc::object_array) throw;
+        kind = "object";
+      }
+    }
+  }
+  if (!v) return py::make_tuple(kind);
+  py::tuple shape(v.ndim());
+  for (std::size_t k = 0; k < v.ndim(); ++k) shape[k] = v.shape()[k];
+  py::object buffer = py::none();
+  if (!v.is_mapped()) {
+    buffer = py::cast(shared_buffer{v.keepalive(), v.data(), static_cast<std::size_t>(v.nbytes())});
+  }
+  return py::make_tuple("array", v.type().descr(), shape, v.fortran_order(), v.file_offset(),
+                        v.nbytes(), buffer);
+}
 
-PYBIND11_MODULE(_mmnpz, m) {
-  m.doc() = R"(Memory-mapped .npz archives: the compiled core of the mmnpz package.)";
+py::dict member_dict(const mmnpz::member_info& mi) {
+  py::dict d;
+  d["name"] = py::str(mi.name.data(), mi.name.size());
+  d["method"] = mi.method;
+  d["flags"] = mi.flags;
+  d["crc32"] = mi.crc32;
+  d["compressed_size"] = mi.compressed_size;
+  d["uncompressed_size"] = mi.uncompressed_size;
+  d["local_header_offset"] = mi.local_header_offset;
+  return d;
+}
+
+void bind_errors(py::module_& m) {
   m.attr("FormatError") = format_error_type();
-  m.attr("__version__") = mmnpz::version_string;
-  bind_data(m);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -180,7 +226,9 @@ PYBIND11_MODULE(_mmnpz, m) {
       raise(e);
     }
   });
+}
 
+void bind_reader(py::module_& m) {
   py::class_<shared_buffer>(m, "_Buffer", py::buffer_protocol(),
                             R"(Read-only bytes of a mapping or an inflated member.)")
       .def_buffer([](shared_buffer& b) {
@@ -188,6 +236,10 @@ PYBIND11_MODULE(_mmnpz, m) {
                                {static_cast<py::ssize_t>(b.size)}, {1}, /*readonly=*/true);
       })
       .def("__len__", [](const shared_buffer& b) { return b.size; });
+
+  dtypes = new dtype_cache();
+  m.def("dtype", &numpy_dtype, py::arg("descr"),
+        R"(The numpy dtype of a .npy descr literal, made once per process.)");
 
   py::class_<py_reader>(m, "Reader", R"(A memory-mapped .npz archive (see mmnpz::reader).)")
       .def(py::init([](const std::string& path) {
@@ -208,89 +260,45 @@ PYBIND11_MODULE(_mmnpz, m) {
           "find", [](const py_reader& p, std::string_view key) { return p.r.find(key); },
           py::arg("key"), R"(The index a key resolves to (full name, or name + '.npy'), or None.)")
       .def(
-          "member",
-          [](const py_reader& p, std::size_t i) {
-            const mmnpz::reader& r = p.r;
-            const mmnpz::member_info& mi = r.member(i);
-            py::dict d;
-            d["name"] = py::str(mi.name.data(), mi.name.size());
-            d["method"] = mi.method;
-            d["flags"] = mi.flags;
-            d["crc32"] = mi.crc32;
-            d["compressed_size"] = mi.compressed_size;
-            d["uncompressed_size"] = mi.uncompressed_size;
-            d["local_header_offset"] = mi.local_header_offset;
-            return d;
-          },
+          "member", [](const py_reader& p, std::size_t i) { return member_dict(p.r.member(i)); },
           py::arg("index"), R"(The central-directory entry at index, as a dict.)")
-      .def("configure", &py_reader::configure, py::arg("base"), py::arg("memmap_type"),
-           py::arg("make_dtype"),
-           R"(Sets what lookup() builds views from: the whole file's memmap, numpy.memmap, and a
-callable from a descr literal to a numpy dtype.)")
+      .def(
+          "configure", [](py_reader& p, py::object base) { p.base = std::move(base); },
+          py::arg("base"),
+          R"(Sets the whole file's numpy.memmap, which views are based on and take the type of.)")
       .def("lookup", &py_reader::lookup, py::arg("key"),
            R"(None when no member answers to key; else (index, view): a read-only numpy.memmap
 view for a stored array, None for other members (deflated, not .npy, pickled).)")
       .def(
+          "view",
+          [](const py_reader& p, std::size_t i) { return memmap_view(p.r.array(i), p.base); },
+          py::arg("index"), R"(The read-only numpy.memmap view of a stored array.)")
+      .def(
           "mapping",
           [](const py_reader& p) {
-            const mmnpz::reader& r = p.r;
-            const mmnpz::bytes_view whole = r.file_bytes();
+            const mmnpz::bytes_view whole = p.r.file_bytes();
             return shared_buffer{whole.keepalive, whole.data, static_cast<std::size_t>(whole.size)};
           },
           R"(The whole file's mapping as a read-only buffer.)")
       .def(
-          "array",
-          [](const py_reader& p, std::size_t i) -> py::tuple {
-            const mmnpz::reader& r = p.r;
-            mmnpz::array_view v;
-            const char* kind = "array";
-            {
-              // Inflating a deflated member takes long enough to be worth releasing the GIL;
-              // decoding a stored one (well under a microsecond) is not. While released, no
-              // Python object may be touched.
-              std::optional<py::gil_scoped_release> nogil;
-              if (r.member(i).is_deflated()) nogil.emplace();
-              if (!r.is_array(i)) {
-                kind = "bytes";
-              } else {
-                try {
-                  v = r.array(i);
-                } catch (const mmnpz::error& e) {
-                  if (e.code() != mmnpz::errc::object_array) throw;
-                  kind = "object";
-                }
-              }
-            }
-            if (!v) return py::make_tuple(kind);
-            py::tuple shape(v.ndim());
-            for (std::size_t k = 0; k < v.ndim(); ++k) shape[k] = v.shape()[k];
-            py::object buffer = py::none();
-            if (!v.is_mapped()) {
-              buffer = py::cast(
-                  shared_buffer{v.keepalive(), v.data(), static_cast<std::size_t>(v.nbytes())});
-            }
-            return py::make_tuple("array", v.type().descr(), shape, v.fortran_order(),
-                                  v.file_offset(), v.nbytes(), buffer);
-          },
+          "array", [](const py_reader& p, std::size_t i) { return array_info(p.r, i); },
           py::arg("index"),
           R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
 mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def(
           "bytes",
           [](const py_reader& p, std::size_t i) {
-            const mmnpz::reader& r = p.r;
-            const mmnpz::bytes_view b = r.bytes(i);
+            const mmnpz::bytes_view b = p.r.bytes(i);
             return py::bytes(reinterpret_cast<const char*>(b.data), b.size);
           },
           py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
       .def(
           "verify",
           [](const py_reader& p) {
-            const mmnpz::reader& r = p.r;
             mmnpz::verify_result result;
             {
               py::gil_scoped_release nogil;
-              result = r.verify();
+              result = p.r.verify();
             }
             py::dict failures;
             for (const auto& e : result.failures) failures[py::str(e.member())] = e.what();
@@ -307,13 +315,13 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def_property_readonly("file_size", [](const py_reader& p) { return p.r.file_size(); })
       .def_property_readonly("leading_bytes",
                              [](const py_reader& p) { return p.r.leading_bytes(); })
-      .def_property_readonly("comment",
-                             [](const py_reader& p) {
-                               const mmnpz::reader& r = p.r;
-                               return py::bytes(r.comment().data(), r.comment().size());
-                             })
+      .def_property_readonly(
+          "comment",
+          [](const py_reader& p) { return py::bytes(p.r.comment().data(), p.r.comment().size()); })
       .def_property_readonly("is_zip64", [](const py_reader& p) { return p.r.is_zip64(); });
+}
 
+void bind_writer(py::module_& m) {
   py::class_<py_stream>(m, "Stream", R"(A member being written in pieces.)")
       .def("write", &py_stream::write, py::arg("data"))
       .def_property_readonly("remaining", &py_stream::remaining)
@@ -352,7 +360,10 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def("close", &mmnpz::writer::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("members_written", &mmnpz::writer::members_written)
       .def_property_readonly("path", &mmnpz::writer::path);
+}
 
+// The command line and recovery, whole operations on files.
+void bind_tools(py::module_& m) {
   m.def(
       "main",
       [](const std::vector<std::string>& argv) {
@@ -427,4 +438,16 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def_property_readonly("shards", &mmnpz::shard_writer::shards)
       .def_property_readonly("items_written", &mmnpz::shard_writer::items_written)
       .def_property_readonly("path", &mmnpz::shard_writer::path);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_mmnpz, m) {
+  m.doc() = R"(Memory-mapped .npz archives: the compiled core of the mmnpz package.)";
+  m.attr("__version__") = mmnpz::version_string;
+  bind_errors(m);
+  bind_reader(m);
+  bind_writer(m);
+  bind_tools(m);
+  bind_data(m);
 }

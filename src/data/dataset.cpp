@@ -10,28 +10,20 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "detail/names.hpp"
+#include "data/dataset_state.hpp"
+#include "data/enum_text.hpp"
 #include "data/thread_pool.hpp"
+#include "detail/errors.hpp"
+#include "detail/names.hpp"
 #include "mmnpz/npy.hpp"
 
 namespace mmnpz {
-namespace detail {
-
-struct dataset_state {
-  std::vector<std::string> paths;
-  std::vector<reader> readers;
-  std::vector<dataset_item> items;
-  std::vector<std::uint64_t> lengths;
-  std::vector<item_layout> layouts;
-  mutable std::once_flag names_built;
-  mutable std::unordered_map<std::string_view, std::size_t> names;
-};
-
-}  // namespace detail
-
 namespace {
 
 using detail::dataset_item;
+
+const detail::enum_text<shard_order, 2> order_text{
+    "<dataset>", "order", {"concatenate", "interleave"}};
 
 bool has_pattern(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
@@ -69,9 +61,7 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
     for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   }
   globfree(&g);
-  if (out.empty()) {
-    throw error(errc::io, pattern, {}, error::no_offset, "find any file matching", ENOENT);
-  }
+  if (out.empty()) throw errors::os(pattern, "find any file matching", ENOENT);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -126,8 +116,9 @@ shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& 
       it.data = v.data();
     }
     if (h.shape.empty()) {
-      throw error(errc::invalid_argument, r.path(), std::string(info.name), error::no_offset,
-                  "is a 0-d array; dataset items need a first axis (choose members with select)");
+      throw errors::invalid_argument(
+          r.path(), info.name, error::no_offset,
+          "is a 0-d array; dataset items need a first axis (choose members with select)");
     }
     it.length = h.shape[0];
     it.shard = shard;
@@ -145,6 +136,10 @@ std::size_t thread_count(std::size_t wanted) {
 }
 
 }  // namespace
+
+std::string_view to_string(shard_order order) { return order_text.name(order); }
+shard_order parse_shard_order(std::string_view text) { return order_text.parse(text); }
+void validate(const dataset_options& options) { order_text.check(options.order); }
 
 std::vector<std::string> expand_paths(const std::vector<std::string>& specs) {
   std::vector<std::string> out;
@@ -164,11 +159,11 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& specs) {
 }
 
 dataset::dataset(const std::vector<std::string>& specs, dataset_options options) {
-  auto s = std::make_shared<detail::dataset_state>();
+  validate(options);
+  auto s = std::make_shared<state>();
   s->paths = expand_paths(specs);
   if (s->paths.size() > UINT32_MAX) {
-    throw error(errc::invalid_argument, s->paths.front(), {}, error::no_offset,
-                "too many archives for one dataset");
+    throw errors::invalid_argument(s->paths.front(), "too many archives for one dataset");
   }
   const std::size_t n = s->paths.size();
   std::vector<std::optional<reader>> readers(n);
@@ -222,29 +217,36 @@ const std::vector<item_layout>& dataset::layouts() const { return s_->layouts; }
 
 const reader& dataset::shard(std::size_t sh) const {
   if (sh >= s_->readers.size()) {
-    throw error(errc::out_of_range, "<dataset>", {}, error::no_offset,
-                "no archive " + std::to_string(sh) + " (the dataset has " +
-                    std::to_string(s_->readers.size()) + ")");
+    throw errors::out_of_range("<dataset>", "no archive " + std::to_string(sh) +
+                                                " (the dataset has " +
+                                                std::to_string(s_->readers.size()) + ")");
   }
   return s_->readers[sh];
 }
 
-const detail::dataset_item& dataset::item(std::size_t i) const {
-  if (i >= s_->items.size()) {
-    throw error(errc::out_of_range, "<dataset>", {}, error::no_offset,
-                "index " + std::to_string(i) + " is out of range for a dataset of " +
-                    std::to_string(s_->items.size()) + " items");
+const dataset_item& dataset::state::item(std::size_t i) const {
+  if (i >= items.size()) {
+    throw errors::out_of_range("<dataset>", "index " + std::to_string(i) +
+                                                " is out of range for a dataset of " +
+                                                std::to_string(items.size()) + " items");
   }
-  return s_->items[i];
+  return items[i];
 }
 
+const dataset::state& state_of(const dataset& d) { return *d.s_; }
+
+std::uint64_t dataset::length(std::size_t i) const { return s_->item(i).length; }
+std::size_t dataset::layout_id(std::size_t i) const { return s_->item(i).layout; }
+std::size_t dataset::shard_of(std::size_t i) const { return s_->item(i).shard; }
+std::size_t dataset::member_of(std::size_t i) const { return s_->item(i).member; }
+
 array_view dataset::array(std::size_t i) const {
-  const auto& it = item(i);
+  const auto& it = s_->item(i);
   return s_->readers[it.shard].array(it.member);
 }
 
 std::string_view dataset::name(std::size_t i) const {
-  const auto& it = item(i);
+  const auto& it = s_->item(i);
   return detail::stem(s_->readers[it.shard].member(it.member).name);
 }
 
@@ -261,8 +263,7 @@ std::optional<std::size_t> dataset::find(std::string_view key) const {
 
 std::size_t dataset::index_of(std::string_view key) const {
   if (auto i = find(key)) return *i;
-  throw error(errc::not_found, s_->paths.size() == 1 ? s_->paths[0] : "<dataset>", {},
-              error::no_offset, "no item named '" + std::string(key) + "'");
+  throw errors::not_found(s_->where(), "no item named '" + std::string(key) + "'");
 }
 
 }  // namespace mmnpz

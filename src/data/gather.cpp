@@ -5,8 +5,11 @@
 #include <memory>
 #include <string>
 
-#include "npz/py_literal.hpp"
+#include "data/dataset_state.hpp"
+#include "data/enum_text.hpp"
 #include "data/thread_pool.hpp"
+#include "detail/errors.hpp"
+#include "npz/py_literal.hpp"
 
 namespace mmnpz {
 namespace {
@@ -15,30 +18,35 @@ __extension__ typedef unsigned __int128 u128;  // exact products of two 64-bit v
 
 using detail::dataset_item;
 
-error item_error(const dataset& ds, std::size_t i, errc code, const std::string& detail) {
-  const reader& r = ds.shard(ds.shard_of(i));
-  return error(code, r.path(), std::string(r.member(ds.member_of(i)).name), error::no_offset,
-               detail);
+const detail::enum_text<pad_mode, 3> pad_text{"<gather>", "pad", {"none", "fill", "wrap"}};
+
+// An error about item i, naming its archive and member.
+template <class Helper>
+error item_error(const Helper& make, const dataset::state& st, std::size_t i,
+                 const std::string& detail) {
+  const dataset_item& it = st.items[i];
+  const reader& r = st.readers[it.shard];
+  return make(r.path(), r.member(it.member).name, error::no_offset, detail);
 }
 
-std::size_t checked_index(const dataset& ds, std::int64_t index, std::size_t k) {
-  if (index < 0 || static_cast<std::uint64_t>(index) >= ds.size()) {
-    throw error(errc::out_of_range, ds.paths().size() == 1 ? ds.paths()[0] : "<dataset>", {},
-                error::no_offset,
-                "index " + std::to_string(index) + " (batch entry " + std::to_string(k) +
-                    ") is out of range for a dataset of " + std::to_string(ds.size()) + " items");
+std::size_t checked_index(const dataset::state& st, std::int64_t index, std::size_t k) {
+  if (index < 0 || static_cast<std::uint64_t>(index) >= st.items.size()) {
+    throw errors::out_of_range(st.where(), "index " + std::to_string(index) + " (batch entry " +
+                                               std::to_string(k) +
+                                               ") is out of range for a dataset of " +
+                                               std::to_string(st.items.size()) + " items");
   }
   return static_cast<std::size_t>(index);
 }
 
-void check_layout(const dataset& ds, std::size_t i, const item_layout& want) {
-  const item_layout& l = ds.layout(i);
+void check_layout(const dataset::state& st, std::size_t i, const item_layout& want) {
+  const item_layout& l = st.layouts[st.items[i].layout];
   if (l.type != want.type) {
-    throw item_error(ds, i, errc::type_mismatch,
+    throw item_error(errors::type_mismatch, st, i,
                      "has dtype " + l.type.str() + " but the batch has " + want.type.str());
   }
   if (l.trailing != want.trailing) {
-    throw item_error(ds, i, errc::invalid_argument,
+    throw item_error(errors::invalid_argument, st, i,
                      "has trailing shape " + detail::shape_literal(l.trailing) +
                          " but the batch has " + detail::shape_literal(want.trailing));
   }
@@ -95,7 +103,8 @@ void fill_rows(std::byte* dst, std::uint64_t bytes, const std::vector<std::byte>
 // One excerpt to copy, checked.
 struct task {
   const gather_field* field;
-  std::size_t item;  // dataset index
+  const dataset_item* item;
+  std::size_t index;  // the item's dataset index
   std::uint64_t start;
   std::uint64_t length;
   std::uint64_t row_bytes;
@@ -107,20 +116,20 @@ struct task {
 
 void run_task(const task& t, const excerpt_options& o) {
   const dataset& ds = *t.field->source;
-  const dataset_item& it = ds.item(t.item);
+  const dataset_item& it = *t.item;
   const std::uint64_t len = it.length;
   std::uint64_t copied = 0;
   if (o.pad == pad_mode::wrap) {
     std::uint64_t row = t.start % len;
     while (copied < t.length) {
       const std::uint64_t n = std::min(len - row, t.length - copied);
-      copy_rows(ds, t.item, it, t.data, row, n, t.row_bytes, t.dst + copied * t.row_bytes);
+      copy_rows(ds, t.index, it, t.data, row, n, t.row_bytes, t.dst + copied * t.row_bytes);
       copied += n;
       row = 0;
     }
   } else {
     copied = std::min(t.length, len - t.start);  // start <= len was checked
-    copy_rows(ds, t.item, it, t.data, t.start, copied, t.row_bytes, t.dst);
+    copy_rows(ds, t.index, it, t.data, t.start, copied, t.row_bytes, t.dst);
     fill_rows(t.dst + copied * t.row_bytes, (t.length - copied) * t.row_bytes,
               t.field->fill.empty() ? o.fill : t.field->fill);
   }
@@ -129,28 +138,30 @@ void run_task(const task& t, const excerpt_options& o) {
 
 }  // namespace
 
+std::string_view to_string(pad_mode pad) { return pad_text.name(pad); }
+pad_mode parse_pad_mode(std::string_view text) { return pad_text.parse(text); }
+void validate(const excerpt_options& options) { pad_text.check(options.pad); }
+
 std::uint64_t field_length(std::uint64_t length, std::uint64_t num, std::uint64_t den) {
   if (num == 0 || den == 0) {
-    throw error(
-        errc::invalid_argument, "<gather>", {}, error::no_offset,
-        "a field's rate must be positive, not " + std::to_string(num) + "/" + std::to_string(den));
+    throw errors::invalid_argument("<gather>", "a field's rate must be positive, not " +
+                                                   std::to_string(num) + "/" + std::to_string(den));
   }
   const u128 rows = static_cast<u128>(length) * num;
   if (rows % den != 0 || rows / den > UINT64_MAX) {
-    throw error(errc::invalid_argument, "<gather>", {}, error::no_offset,
-                "an excerpt of " + std::to_string(length) + " rows at rate " + std::to_string(num) +
-                    "/" + std::to_string(den) + " is not a whole number of rows");
+    throw errors::invalid_argument("<gather>", "an excerpt of " + std::to_string(length) +
+                                                   " rows at rate " + std::to_string(num) + "/" +
+                                                   std::to_string(den) +
+                                                   " is not a whole number of rows");
   }
   return static_cast<std::uint64_t>(rows / den);
 }
 
 item_layout batch_layout(const dataset& ds, const std::int64_t* indices, std::size_t count) {
-  if (count == 0) {
-    throw error(errc::invalid_argument, "<gather>", {}, error::no_offset,
-                "an empty batch has no layout");
-  }
-  const item_layout want = ds.layout(checked_index(ds, indices[0], 0));
-  for (std::size_t k = 1; k < count; ++k) check_layout(ds, checked_index(ds, indices[k], k), want);
+  if (count == 0) throw errors::invalid_argument("<gather>", "an empty batch has no layout");
+  const dataset::state& st = state_of(ds);
+  const item_layout want = st.layouts[st.items[checked_index(st, indices[0], 0)].layout];
+  for (std::size_t k = 1; k < count; ++k) check_layout(st, checked_index(st, indices[k], k), want);
   return want;
 }
 
@@ -162,7 +173,7 @@ struct plan {
   std::vector<gather_field> fields;
   excerpt_options options;
   std::vector<task> tasks;
-  std::vector<std::size_t> bounds;  // chunk c is tasks [bounds[c], bounds[c + 1])
+  std::vector<std::size_t> bounds{0, 0};  // chunk c is tasks [bounds[c], bounds[c + 1])
   std::size_t threads = 1;
 
   std::size_t chunks() const { return bounds.size() - 1; }
@@ -180,94 +191,129 @@ struct plan {
   }
 };
 
-std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const std::int64_t* starts,
-                                std::size_t count, const excerpt_options& o) {
-  auto p = std::make_unique<plan>();
-  p->fields = given;
-  p->options = o;
-  const std::vector<gather_field>& fields = p->fields;
-  std::vector<task>& tasks = p->tasks;
-  p->bounds = {0, 0};
-  if (fields.empty() || count == 0) return p;
-  tasks.reserve(fields.size() * count);
-  std::uint64_t total_bytes = 0;
-  std::vector<std::uint64_t> lengths;  // each field's rows, all checked before anything else
-  for (const gather_field& f : fields)
-    lengths.push_back(field_length(o.length, f.rate_num, f.rate_den));
-  for (std::size_t fi = 0; fi < fields.size(); ++fi) {
-    const gather_field& f = fields[fi];
-    const dataset& ds = *f.source;
-    const std::uint64_t flen = lengths[fi];
-    const item_layout& want =
-        f.expect.row_bytes != 0 ? f.expect : ds.layout(checked_index(ds, f.indices[0], 0));
-    // Items of the same dataset layout as `want` need no comparison of dtypes and shapes.
-    const std::uint32_t want_id =
-        f.expect.row_bytes != 0 ? UINT32_MAX : ds.item(f.indices[0]).layout;
-    const std::vector<std::byte>& fill = f.fill.empty() ? o.fill : f.fill;
-    if (!fill.empty() && o.pad == pad_mode::fill && fill.size() != want.type.itemsize()) {
-      throw error(errc::invalid_argument, "<gather>", {}, error::no_offset,
-                  "the fill value has " + std::to_string(fill.size()) +
-                      " bytes but the batch's dtype " + want.type.str() + " has " +
-                      std::to_string(want.type.itemsize()));
-    }
-    const u128 need = static_cast<u128>(count) * flen * want.row_bytes;
-    if (need != f.out_bytes) {
-      throw error(errc::invalid_argument, "<gather>", {}, error::no_offset,
-                  "the output has " + std::to_string(f.out_bytes) + " bytes but " +
-                      std::to_string(count) + " excerpts of " + std::to_string(flen) + " rows of " +
-                      std::to_string(want.row_bytes) + " bytes need " +
-                      std::to_string(static_cast<std::uint64_t>(need)));
-    }
-    for (std::size_t k = 0; k < count; ++k) {
-      const std::size_t i = checked_index(ds, f.indices[k], k);
-      const dataset_item& it = ds.item(i);
-      if (it.layout != want_id) check_layout(ds, i, want);
-      if (starts[k] < 0) {
-        throw item_error(ds, i, errc::invalid_argument,
-                         "excerpt start " + std::to_string(starts[k]) + " is negative");
-      }
-      const u128 scaled = static_cast<u128>(starts[k]) * f.rate_num;
-      const std::uint64_t start = static_cast<std::uint64_t>(scaled / f.rate_den);
-      auto window = [&] {  // only built for an error: nothing is allocated per item
-        const u128 end = static_cast<u128>(start) + flen;
-        return "excerpt [" + std::to_string(start) + ", " +
-               (end > UINT64_MAX ? std::string("...") : std::to_string(start + flen)) + ")";
-      };
-      if (o.pad == pad_mode::none && (start > it.length || flen > it.length - start)) {
-        throw item_error(ds, i, errc::invalid_argument,
-                         window() + " runs past the end of the member (" +
-                             std::to_string(it.length) + " rows); pad or wrap to allow it");
-      }
-      if (o.pad == pad_mode::fill && start > it.length) {
-        throw item_error(ds, i, errc::invalid_argument,
-                         window() + " starts past the end of the member (" +
-                             std::to_string(it.length) + " rows)");
-      }
-      if (o.pad == pad_mode::wrap && it.length == 0 && flen > 0) {
-        throw item_error(ds, i, errc::invalid_argument, "an empty member cannot be wrapped");
-      }
-      // A deflated member is inflated here, on its first gather (once; its reader keeps it).
-      const std::byte* data = it.data ? it.data : ds.array(i).data();
-      const std::uint64_t offset = std::min(start, it.length) * want.row_bytes;
-      tasks.push_back({&f, i, start, flen, want.row_bytes,
-                       f.out + static_cast<std::uint64_t>(k) * flen * want.row_bytes,
-                       f.valid ? f.valid + k : nullptr, data, data + offset});
-      total_bytes += flen * want.row_bytes;
-    }
-  }
+// What every excerpt of one field shares.
+struct field_shape {
+  const dataset::state* source;
+  item_layout want;       // the layout each item must have
+  std::uint32_t want_id;  // its id among the dataset's layouts (UINT32_MAX: compare each)
+  std::uint64_t length;   // rows per excerpt
+};
 
-  // Read in address order (file order within an archive), in chunks of about equal bytes.
-  std::sort(tasks.begin(), tasks.end(), [](const task& a, const task& b) { return a.key < b.key; });
-  p->threads = o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
-  const std::size_t chunks = std::min(tasks.size(), p->threads == 1 ? 1 : p->threads * 4);
-  p->bounds = {0};
+// Checks what a field asks for as a whole: its layout, its fill element and its output size.
+field_shape check_field(const gather_field& f, std::uint64_t length, std::size_t count,
+                        const excerpt_options& o) {
+  const dataset::state& st = state_of(*f.source);
+  field_shape fs{&st, f.expect, UINT32_MAX, length};
+  if (f.expect.row_bytes == 0) {
+    // Items of the same dataset layout as the first need no comparison of dtypes and shapes.
+    fs.want_id = st.items[checked_index(st, f.indices[0], 0)].layout;
+    fs.want = st.layouts[fs.want_id];
+  }
+  const std::vector<std::byte>& fill = f.fill.empty() ? o.fill : f.fill;
+  if (!fill.empty() && o.pad == pad_mode::fill && fill.size() != fs.want.type.itemsize()) {
+    throw errors::invalid_argument("<gather>", "the fill value has " + std::to_string(fill.size()) +
+                                                   " bytes but the batch's dtype " +
+                                                   fs.want.type.str() + " has " +
+                                                   std::to_string(fs.want.type.itemsize()));
+  }
+  const u128 need = static_cast<u128>(count) * length * fs.want.row_bytes;
+  if (need != f.out_bytes) {
+    throw errors::invalid_argument(
+        "<gather>", "the output has " + std::to_string(f.out_bytes) + " bytes but " +
+                        std::to_string(count) + " excerpts of " + std::to_string(length) +
+                        " rows of " + std::to_string(fs.want.row_bytes) + " bytes need " +
+                        std::to_string(static_cast<std::uint64_t>(need)));
+  }
+  return fs;
+}
+
+// Checks that rows [start, start + length) of item i may be taken with `pad`.
+void check_window(const dataset::state& st, std::size_t i, std::uint64_t start,
+                  std::uint64_t length, pad_mode pad) {
+  const std::uint64_t rows = st.items[i].length;
+  auto window = [&] {  // only built for an error: nothing is allocated per item
+    const u128 end = static_cast<u128>(start) + length;
+    return "excerpt [" + std::to_string(start) + ", " +
+           (end > UINT64_MAX ? std::string("...") : std::to_string(start + length)) + ")";
+  };
+  if (pad == pad_mode::none && (start > rows || length > rows - start)) {
+    throw item_error(errors::invalid_argument, st, i,
+                     window() + " runs past the end of the member (" + std::to_string(rows) +
+                         " rows); pad or wrap to allow it");
+  }
+  if (pad == pad_mode::fill && start > rows) {
+    throw item_error(
+        errors::invalid_argument, st, i,
+        window() + " starts past the end of the member (" + std::to_string(rows) + " rows)");
+  }
+  if (pad == pad_mode::wrap && rows == 0 && length > 0) {
+    throw item_error(errors::invalid_argument, st, i, "an empty member cannot be wrapped");
+  }
+}
+
+// Checks every excerpt of field `f` and adds a task for each.
+void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t* starts,
+                std::size_t count, pad_mode pad, std::vector<task>& tasks) {
+  const dataset::state& st = *fs.source;
+  const std::uint64_t row_bytes = fs.want.row_bytes;
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::size_t i = checked_index(st, f.indices[k], k);
+    const dataset_item& it = st.items[i];
+    if (it.layout != fs.want_id) check_layout(st, i, fs.want);
+    if (starts[k] < 0) {
+      throw item_error(errors::invalid_argument, st, i,
+                       "excerpt start " + std::to_string(starts[k]) + " is negative");
+    }
+    const u128 scaled = static_cast<u128>(starts[k]) * f.rate_num;
+    const std::uint64_t start = static_cast<std::uint64_t>(scaled / f.rate_den);
+    check_window(st, i, start, fs.length, pad);
+    // A deflated member is inflated here, on its first gather (once; its reader keeps it).
+    const std::byte* data = it.data ? it.data : f.source->array(i).data();
+    const std::uint64_t offset = std::min(start, it.length) * row_bytes;
+    tasks.push_back({&f, &it, i, start, fs.length, row_bytes,
+                     f.out + static_cast<std::uint64_t>(k) * fs.length * row_bytes,
+                     f.valid ? f.valid + k : nullptr, data, data + offset});
+  }
+}
+
+// Cuts the tasks, sorted in read order, into chunks of about equal bytes for `threads`.
+std::vector<std::size_t> chunk_bounds(const std::vector<task>& tasks, std::size_t threads) {
+  std::uint64_t total_bytes = 0;
+  for (const task& t : tasks) total_bytes += t.length * t.row_bytes;
+  const std::size_t chunks = std::min(tasks.size(), threads == 1 ? 1 : threads * 4);
   const std::uint64_t per_chunk = total_bytes / chunks + 1;
+  std::vector<std::size_t> bounds{0};
   std::uint64_t acc = 0;
   for (std::size_t t = 0; t < tasks.size(); ++t) {
     acc += tasks[t].length * tasks[t].row_bytes;
-    if (acc >= per_chunk * p->bounds.size() && t + 1 < tasks.size()) p->bounds.push_back(t + 1);
+    if (acc >= per_chunk * bounds.size() && t + 1 < tasks.size()) bounds.push_back(t + 1);
   }
-  p->bounds.push_back(tasks.size());
+  bounds.push_back(tasks.size());
+  return bounds;
+}
+
+std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const std::int64_t* starts,
+                                std::size_t count, const excerpt_options& o) {
+  validate(o);
+  auto p = std::make_unique<plan>();
+  p->fields = given;
+  p->options = o;
+  if (given.empty() || count == 0) return p;
+  // Every field's length is checked before anything else.
+  std::vector<std::uint64_t> lengths;
+  for (const gather_field& f : p->fields) {
+    lengths.push_back(field_length(o.length, f.rate_num, f.rate_den));
+  }
+  p->tasks.reserve(p->fields.size() * count);
+  for (std::size_t fi = 0; fi < p->fields.size(); ++fi) {
+    const gather_field& f = p->fields[fi];
+    plan_field(f, check_field(f, lengths[fi], count, o), starts, count, o.pad, p->tasks);
+  }
+  // Read in address order: file order within an archive.
+  std::sort(p->tasks.begin(), p->tasks.end(),
+            [](const task& a, const task& b) { return a.key < b.key; });
+  p->threads = o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
+  p->bounds = chunk_bounds(p->tasks, p->threads);
   return p;
 }
 

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "mmnpz/error.hpp"
+#include "data/enum_text.hpp"
+#include "detail/errors.hpp"
 
 namespace mmnpz {
 namespace {
@@ -24,11 +25,30 @@ std::uint64_t below(std::uint64_t bits, std::uint64_t n) {
 
 enum stream : std::uint64_t { permutation_key = 1, pick = 2, crop_start = 3 };
 
+const detail::enum_text<sampling, 5> kind_text{
+    "<sampler>", "kind", {"sequential", "shuffle", "replacement", "sliding", "weighted"}};
+
 [[noreturn]] void bad_option(const std::string& detail) {
-  throw error(errc::invalid_argument, "<sampler>", {}, error::no_offset, detail);
+  throw errors::invalid_argument("<sampler>", detail);
 }
 
 }  // namespace
+
+std::string_view to_string(sampling kind) { return kind_text.name(kind); }
+sampling parse_sampling(std::string_view text) { return kind_text.parse(text); }
+
+void validate(const sampler_options& o) {
+  kind_text.check(o.kind);
+  if (o.world_size == 0) bad_option("world_size must be at least 1");
+  if (o.rank >= o.world_size) {
+    bad_option("rank " + std::to_string(o.rank) + " is not below world_size " +
+               std::to_string(o.world_size));
+  }
+  if ((o.kind == sampling::sliding_window || o.kind == sampling::weighted_excerpts) &&
+      o.length == 0) {
+    bad_option(std::string(to_string(o.kind)) + " sampling needs an excerpt length");
+  }
+}
 
 std::uint64_t counter_random(std::uint64_t seed, std::uint64_t epoch, std::uint64_t position,
                              std::uint64_t stream) {
@@ -67,21 +87,13 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
     : lengths_(std::move(lengths)), o_(o) {
   const std::uint64_t n = lengths_.size();
   if (n == 0) bad_option("there are no items to sample from");
-  if (o_.world_size == 0) bad_option("world_size must be at least 1");
-  if (o_.rank >= o_.world_size) {
-    bad_option("rank " + std::to_string(o_.rank) + " is not below world_size " +
-               std::to_string(o_.world_size));
-  }
+  validate(o_);
   const std::uint64_t longest = *std::max_element(lengths_.begin(), lengths_.end());
   if (o_.length > longest) {
     bad_option("an excerpt of " + std::to_string(o_.length) +
                " rows is longer than every item (the longest has " + std::to_string(longest) + ")");
   }
   const bool windows = o_.kind == sampling::sliding_window;
-  if ((windows || o_.kind == sampling::weighted_excerpts) && o_.length == 0) {
-    bad_option(std::string(windows ? "sliding_window" : "weighted_excerpts") +
-               " sampling needs an excerpt length");
-  }
   if (o_.hop == 0) o_.hop = o_.length;
   switch (o_.kind) {
     case sampling::sequential:
@@ -105,8 +117,6 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
       epoch_size_ = windows ? prefix_[n] : (o_.num_samples ? o_.num_samples : n);
       break;
     }
-    default:
-      bad_option("unknown sampling kind");
   }
 }
 
@@ -169,11 +179,11 @@ void sampler::fill(std::uint64_t epoch, std::uint64_t position, std::size_t coun
                    std::int64_t* indices, std::int64_t* starts) const {
   const std::uint64_t size = rank_size();
   if (position > size || count > size - position) {
-    throw error(errc::out_of_range, "<sampler>", {}, error::no_offset,
-                "positions [" + std::to_string(position) + ", " + std::to_string(position + count) +
-                    ") run past the end of the epoch (" + std::to_string(size) +
-                    " samples for rank " + std::to_string(o_.rank) + " of " +
-                    std::to_string(o_.world_size) + ")");
+    throw errors::out_of_range(
+        "<sampler>", "positions [" + std::to_string(position) + ", " +
+                         std::to_string(position + count) + ") run past the end of the epoch (" +
+                         std::to_string(size) + " samples for rank " + std::to_string(o_.rank) +
+                         " of " + std::to_string(o_.world_size) + ")");
   }
   // One permutation for the whole call (its keys cost more than an element).
   if (o_.kind == sampling::shuffle) {

@@ -174,7 +174,7 @@ TEST_SUITE("sampler") {
     o = {};
     o.kind = mmnpz::sampling::weighted_excerpts;
     CHECK_THROWS_WITH_AS(mmnpz::sampler(lengths(5), o),
-                         "<sampler>: weighted_excerpts sampling needs an excerpt length",
+                         "<sampler>: weighted sampling needs an excerpt length",
                          mmnpz::error);
     const mmnpz::sampler s(lengths(5), {});
     std::int64_t i[4], st[4];

@@ -2,6 +2,7 @@
 that numpy itself wrote and read back."""
 
 import pickle
+import sys
 import threading
 import zipfile
 
@@ -428,3 +429,109 @@ def test_compressed_items_are_inflated_on_their_first_gather_not_when_opening(tm
     got = ds.gather([3, 3, 7], [0, 2000, 10], 500)
     assert [np.unique(g).tolist() for g in got] == [[3.0], [3.0], [7.0]]
     assert 15_000 < grown_kib(before)["RssAnon"] < 60_000  # two members of 10 MB inflated
+
+
+def test_a_batchs_data_held_alone_is_never_overwritten(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    sampler = mmnpz.Sampler(ds, "replacement", length=4, num_samples=400)
+    held, copies = [], []
+    for batch in mmnpz.Loader(ds, sampler, 4, pad="wrap", prefetch=2):
+        if batch.position % 8 == 0:
+            held.append(batch.data)  # the array alone: the Batch itself is dropped
+            copies.append(batch.data.copy())
+    assert len(held) == 50
+    assert all(np.array_equal(h, c) for h, c in zip(held, copies))
+    assert len({h.ctypes.data for h in held}) == len(held)
+
+
+def test_released_batches_are_recycled_without_counting_references(shards, monkeypatch):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    sampler = mmnpz.Sampler(ds, "replacement", length=4, num_samples=400)
+
+    def refuse(*_):
+        raise AssertionError("the loader counted references")
+
+    monkeypatch.setattr(sys, "getrefcount", refuse)
+    # Without prefetching, the batch being gathered and the one the caller holds are all
+    # there is: two buffers take turns, each coming back once its batch is released.
+    addresses = [b.data.ctypes.data for b in mmnpz.Loader(ds, sampler, 4, prefetch=0)]
+    assert len(addresses) == 100
+    assert len(set(addresses)) == 2
+    assert addresses[0::2] == [addresses[0]] * 50 and addresses[1::2] == [addresses[1]] * 50
+    # A released view or tensor-like holder releases the memory as well.
+    loader = iter(mmnpz.Loader(ds, sampler, 4, prefetch=0))
+    first = next(loader)
+    view = first.data[1:]
+    address = first.data.ctypes.data
+    del first
+    second = next(loader)
+    assert second.data.ctypes.data != address  # the view still holds the first batch's memory
+    del view, second
+    assert address in {next(loader).data.ctypes.data for _ in range(2)}
+
+
+def test_options_are_checked_once_with_one_message_each_in_the_users_words(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    sampler = mmnpz.Sampler(ds, length=2)
+    bad_pad = "pad must be one of 'none', 'fill', 'wrap', not 'zero'"
+    for call in (lambda: ds.gather([0], [0], 1, pad="zero"),
+                 lambda: mmnpz.gather_fields([(ds, [0], 1)], [0], 1, pad="zero"),
+                 lambda: mmnpz.Loader(ds, sampler, 2, pad="zero")):
+        with pytest.raises(ValueError, match=bad_pad):
+            call()
+    with pytest.raises(TypeError, match="pad must be a str, not int"):
+        ds.gather([0], [0], 1, pad=0)
+    with pytest.raises(ValueError, match="kind must be one of 'sequential', 'shuffle', "
+                                         "'replacement', 'sliding', 'weighted', not 'random'"):
+        mmnpz.Sampler(ds, "random")
+    with pytest.raises(ValueError, match="order must be one of 'concatenate', 'interleave', "
+                                         "not 'zip'"):
+        mmnpz.Dataset(spec, order="zip")
+    with pytest.raises(ValueError, match="seed must not be negative, not -1"):
+        mmnpz.Sampler(ds, seed=-1)
+    with pytest.raises(ValueError, match="length must not be negative, not -1"):
+        ds.gather([0], [0], -1)
+    with pytest.raises(ValueError, match="threads must not be negative, not -2"):
+        ds.gather([0], [0], 1, threads=-2)
+    with pytest.raises(ValueError, match="batch_size must be positive, not 0"):
+        mmnpz.Loader(ds, sampler, 0)
+    with pytest.raises(ValueError, match=r"length must be positive, not 0 \(pass length=, or a "
+                                         r"sampler with an excerpt length\)"):
+        mmnpz.Loader(ds, mmnpz.Sampler(ds), 2)
+    with pytest.raises(ValueError, match="an epoch of 21 samples for rank 0 has no full batch "
+                                         "of 22"):
+        mmnpz.Loader(ds, sampler, 22)
+    with pytest.raises(TypeError, match="sampler must be an mmnpz.Sampler, not tuple"):
+        mmnpz.Loader(ds, (), 2)
+    assert len(mmnpz.Loader(ds, sampler, 22, drop_last=False)) == 1
+
+
+def test_a_samplers_options_are_one_typed_object(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    s = mmnpz.Sampler(ds, "weighted", length=3, seed=9, rank=1, world_size=2)
+    o = s.options
+    assert (o.kind, o.seed, o.length, o.rank, o.world_size) == ("weighted", 9, 3, 1, 2)
+    # As the sampler uses them: hop 0 stands for the length.
+    assert repr(o) == ("SamplerOptions(kind='weighted', seed=9, length=3, hop=3, "
+                       "shuffle_windows=False, random_crop=True, num_samples=0, rank=1, "
+                       "world_size=2, drop_remainder=True)")
+    o.seed = 10  # a copy: the sampler keeps its own
+    assert s.options.seed == 9
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sed'"):
+        type(o)(sed=1)
+
+
+def test_items_layouts_and_readers_share_one_dtype_per_descr(tmp_path):
+    record = np.dtype([("t", "<f8"), ("label", "<i4", (2,))])
+    path = tmp_path / "records.npz"
+    np.savez(path, a=np.zeros(5, record), b=np.ones(3, record))
+    ds = mmnpz.Dataset(path)
+    reader = mmnpz.load(path)
+    assert ds.dtype == record
+    assert ds.dtype is ds[0].dtype is reader["b"].dtype is reader.load("a").dtype
+    assert reader.info("a").dtype is mmnpz.load(path)["a"].dtype
+    assert type(reader.load("a")) is np.memmap and reader.load("a").base is reader.mmap

@@ -20,6 +20,13 @@ enum class shard_order {
   interleave,   ///< first member of each archive in turn, then the second of each, ...
 };
 
+/// "concatenate" or "interleave".
+std::string_view to_string(shard_order order);
+/// The shard_order named `text`; throws errc::invalid_argument ("order must be one of
+/// 'concatenate', 'interleave', not 'x'").
+shard_order parse_shard_order(std::string_view text);
+
+/// How a dataset opens its archives.
 struct dataset_options {
   /// A shell pattern (fnmatch) on member names without ".npy"; only matching members are
   /// items. Empty: every member. Members that match must be arrays with at least one axis.
@@ -29,25 +36,16 @@ struct dataset_options {
   std::size_t threads = 0;
 };
 
+/// Throws errc::invalid_argument for an `order` that is no shard_order. The dataset
+/// constructor calls it.
+void validate(const dataset_options& options);
+
 /// The dtype and trailing shape (every axis after the first) shared by a group of members.
 struct item_layout {
   dtype type;
   std::vector<std::uint64_t> trailing;
   std::uint64_t row_bytes = 0;  ///< bytes of one step along axis 0: itemsize * prod(trailing)
 };
-
-namespace detail {
-/// What gather needs of one item, resolved once when the dataset opens.
-struct dataset_item {
-  const std::byte* data = nullptr;  ///< first byte of the array data; null when deflated
-  std::uint64_t length = 0;         ///< shape[0]
-  std::uint32_t shard = 0;          ///< which archive
-  std::uint32_t layout = 0;         ///< index into dataset::layouts()
-  std::size_t member = 0;           ///< index in that archive's central directory
-  bool c_contiguous = true;         ///< rows are row_bytes apart and each is contiguous
-};
-struct dataset_state;
-}  // namespace detail
 
 /// Splits a list of archive specs into paths, in order. A spec is a path; a shell pattern
 /// ("train-*.npz", expanded with glob(3), sorted, and an error when nothing matches); or a
@@ -70,7 +68,8 @@ class dataset {
  public:
   /// Opens the archives `specs` name (see expand_paths). Throws mmnpz::error naming the
   /// archive and member when one cannot be opened or decoded, errc::not_an_array when a
-  /// selected member is not an array, errc::invalid_argument for a selected 0-d array.
+  /// selected member is not an array, errc::invalid_argument for a selected 0-d array or
+  /// options that validate() refuses.
   explicit dataset(const std::vector<std::string>& specs, dataset_options options = {});
   explicit dataset(const std::string& spec, dataset_options options = {})
       : dataset(std::vector<std::string>{spec}, std::move(options)) {}
@@ -82,20 +81,22 @@ class dataset {
   const reader& shard(std::size_t s) const;
   std::size_t shards() const;
 
-  /// Length of item i along axis 0. Throws errc::out_of_range past the end.
-  std::uint64_t length(std::size_t i) const { return item(i).length; }
+  /// Length of item i along axis 0. Throws errc::out_of_range past the end (as do all the
+  /// accessors taking an item index).
+  std::uint64_t length(std::size_t i) const;
   /// Every item's length, in index order.
   const std::vector<std::uint64_t>& lengths() const;
-  /// The distinct (dtype, trailing shape) pairs, and each item's index into them.
+  /// The distinct (dtype, trailing shape) pairs; item i has layouts()[layout_id(i)].
   const std::vector<item_layout>& layouts() const;
-  const item_layout& layout(std::size_t i) const { return layouts()[item(i).layout]; }
+  std::size_t layout_id(std::size_t i) const;
+  const item_layout& layout(std::size_t i) const { return layouts()[layout_id(i)]; }
   /// The item's array (a view into the mapping).
   array_view array(std::size_t i) const;
   /// The item's member name without ".npy", as numpy's `files` lists it.
   std::string_view name(std::size_t i) const;
   /// Which archive and which member (central-directory index) item i is.
-  std::size_t shard_of(std::size_t i) const { return item(i).shard; }
-  std::size_t member_of(std::size_t i) const { return item(i).member; }
+  std::size_t shard_of(std::size_t i) const;
+  std::size_t member_of(std::size_t i) const;
 
   /// The index of the item named `name` (with or without ".npy"); the first in index order
   /// when several archives hold the name. O(1) after a first call that builds the table.
@@ -103,11 +104,12 @@ class dataset {
   /// Like find(), but throws errc::not_found.
   std::size_t index_of(std::string_view name) const;
 
-  /// Bounds-checked access to what gather() reads.
-  const detail::dataset_item& item(std::size_t i) const;
+  /// What the library keeps of an open dataset (defined inside the library only).
+  struct state;
 
  private:
-  std::shared_ptr<const detail::dataset_state> s_;
+  friend const state& state_of(const dataset& d);  // for gather, inside the library
+  std::shared_ptr<const state> s_;
 };
 
 }  // namespace mmnpz

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "mmnpz/data/dataset.hpp"
@@ -16,6 +17,12 @@ enum class pad_mode {
   wrap,  ///< continue from the member's first row, as often as needed
 };
 
+/// "none", "fill" or "wrap".
+std::string_view to_string(pad_mode pad);
+/// The pad_mode named `text`; throws errc::invalid_argument ("pad must be one of 'none',
+/// 'fill', 'wrap', not 'zero'").
+pad_mode parse_pad_mode(std::string_view text);
+
 /// One excerpt length and rule for a whole batch.
 struct excerpt_options {
   std::uint64_t length = 0;  ///< rows along axis 0 per excerpt (in the first field's units)
@@ -25,6 +32,10 @@ struct excerpt_options {
   /// Threads of the shared pool to use, the caller included (0: every core).
   std::size_t threads = 0;
 };
+
+/// Throws errc::invalid_argument for a `pad` that is no pad_mode. gather() calls it; what
+/// depends on the items (the fill's size, the windows) is checked by gather() itself.
+void validate(const excerpt_options& options);
 
 /// One field of a multi-field gather: the same excerpt window taken from `source` items at a
 /// frame rate `rate_num/rate_den` relative to the excerpt's units. The field's window for

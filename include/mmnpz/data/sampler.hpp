@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace mmnpz {
@@ -41,6 +42,13 @@ enum class sampling {
                      ///< independently (so long items are picked in proportion to length)
 };
 
+/// The text forms: "sequential", "shuffle", "replacement", "sliding", "weighted".
+std::string_view to_string(sampling kind);
+/// The sampling named `text`; throws errc::invalid_argument ("kind must be one of
+/// 'sequential', ..., not 'x'").
+sampling parse_sampling(std::string_view text);
+
+/// How a sampler draws; validate() says which combinations are refused.
 struct sampler_options {
   sampling kind = sampling::shuffle;
   std::uint64_t seed = 0;
@@ -67,13 +75,18 @@ struct sampler_options {
   bool drop_remainder = true;
 };
 
+/// Throws errc::invalid_argument, one message per mistake: a `kind` that is no sampling,
+/// world_size 0, rank not below world_size, sliding_window or weighted_excerpts without a
+/// length. The sampler constructor calls it.
+void validate(const sampler_options& options);
+
 /// A deterministic stream of (item index, excerpt start) pairs: the pair at (epoch, position)
 /// depends only on the items' lengths, the options and those two numbers, so a run can be
 /// resumed from the two integers alone and any batch recomputed. Immutable; thread-safe.
 class sampler {
  public:
-  /// `lengths`: each item's length along axis 0. Throws errc::invalid_argument for bad
-  /// options, for no items, and when `length` is longer than every item.
+  /// `lengths`: each item's length along axis 0. Throws errc::invalid_argument for options
+  /// that validate() refuses, for no items, and when `length` is longer than every item.
   sampler(std::vector<std::uint64_t> lengths, sampler_options options);
 
   const sampler_options& options() const { return o_; }
