@@ -160,7 +160,10 @@ class py_stream {
     s_.write(info.ptr, n);
   }
   std::uint64_t remaining() const { return s_.remaining(); }
-  void commit() { s_.commit(); }
+  void commit() {
+    py::gil_scoped_release nogil;
+    s_.commit();
+  }
 
  private:
   mmnpz::writer::stream s_;
@@ -353,7 +356,10 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
           "begin",
           [](mmnpz::writer& w, const std::string& name, const std::string& descr,
              const std::vector<std::uint64_t>& shape, bool fortran_order) {
-            return py_stream(w.begin(name, mmnpz::parse_descr(descr), shape, fortran_order));
+            const mmnpz::dtype type = mmnpz::parse_descr(descr);
+            // Without the GIL: begin() waits while another thread's stream is open.
+            py::gil_scoped_release nogil;
+            return py_stream(w.begin(name, type, shape, fortran_order));
           },
           py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false,
           py::keep_alive<0, 1>(), R"(Starts a member whose bytes arrive in pieces.)")

@@ -239,6 +239,25 @@ def test_one_writer_shared_by_threads_loses_nothing(tmp_path):
                 assert (a == t * 1000 + i).all()
 
 
+def test_another_threads_write_waits_for_an_open_stream(tmp_path):
+    path = tmp_path / "stream.npz"
+    w = mmnpz.NpzWriter(path, "x")
+    stream = w.begin("s", np.int64, (1000,))
+    stream.write(np.arange(500))
+    done = []
+    other = threading.Thread(target=lambda: (w.write("t", np.ones(3)), done.append(True)))
+    other.start()
+    other.join(timeout=0.2)  # it waits for the stream (a deadlock would hang the test)
+    stream.write(np.arange(500, 1000))
+    stream.commit()
+    other.join()
+    assert done == [True]
+    w.close()
+    with np.load(path) as f:
+        assert f.files == ["s", "t"]
+        np.testing.assert_array_equal(f["s"], np.arange(1000))
+
+
 # ---- 5. failed writes ----------------------------------------------------------------------
 
 _EFBIG_CHILD = """
