@@ -60,7 +60,7 @@ struct writer::impl {
   std::string target;
   std::string temp;
   int lock_fd = -1;
-  bool created = false;  // the file is new: close() syncs its directory when durable
+  bool created = false;     // the file is new: close() syncs its directory when durable
   std::uint64_t pos = 0;    // absolute offset where the next member goes
   std::uint64_t shift = 0;  // bytes before the archive that its offsets do not count
   std::string old_cd;       // the appended-to archive's directory entries, verbatim
@@ -368,10 +368,9 @@ struct writer::impl {
     };
     const std::string recover = "`mmnpz recover " + path + "` restores";
     if (old_count == 0 && old_cd.empty()) {
-      throw errors::os(path,
-                       "write the directory of " + members(entries.size()) + " (" + recover +
-                           " them) to",
-                       err);
+      throw errors::os(
+          path, "write the directory of " + members(entries.size()) + " (" + recover + " them) to",
+          err);
     }
     throw errors::os(path,
                      "write the directory of " + members(entries.size()) +
@@ -472,14 +471,13 @@ struct writer::impl {
     detail::mapped_bytes old = detail::map_file(path);
     if (old.size == 0) return;
     const zip::directory d = zip::read_directory(old.data, old.size, path);
-    if (d.archive_end < old.size && zip::starts_appended_member(old.data + d.archive_end,
-                                                                old.size - d.archive_end)) {
-      throw errors::corrupt_zip(
-          path, {}, d.archive_end,
-          "an earlier append was interrupted here, leaving " +
-              std::to_string(old.size - d.archive_end) +
-              " bytes after the archive; run `mmnpz recover " + path +
-              "` first, or its members would be lost");
+    if (d.archive_end < old.size &&
+        zip::starts_appended_member(old.data + d.archive_end, old.size - d.archive_end)) {
+      throw errors::corrupt_zip(path, {}, d.archive_end,
+                                "an earlier append was interrupted here, leaving " +
+                                    std::to_string(old.size - d.archive_end) +
+                                    " bytes after the archive; run `mmnpz recover " + path +
+                                    "` first, or its members would be lost");
     }
     old_cd.assign(reinterpret_cast<const char*>(old.data + d.cd_offset), d.cd_size);
     old_count = d.members.size();

@@ -231,8 +231,8 @@ std::optional<directory> interrupted_append(const std::byte* data, std::uint64_t
     ++tried;
     try {
       directory d = read_from(data, e, path);
-      const bool first = d.members.empty() ? first_member >= archive_end
-                                           : d.leading_bytes == first_member;
+      const bool first =
+          d.members.empty() ? first_member >= archive_end : d.leading_bytes == first_member;
       if (first) return d;
     } catch (const error&) {
       // Not the archive's end record: keep looking.
@@ -269,8 +269,7 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
     directory d = read_from(data, *classic, path);
     // An archive after bytes that hold a member of their own may be one stored in a member
     // that an interrupted append wrote (a .zip written as bytes): the outer archive wins.
-    if (d.shift != 0 && !d.members.empty() &&
-        d.leading_bytes != find_local_header(data, size, 0)) {
+    if (d.shift != 0 && !d.members.empty() && d.leading_bytes != find_local_header(data, size, 0)) {
       if (auto outer = interrupted_append(data, size, classic->offset, path)) {
         return std::move(*outer);
       }

@@ -521,9 +521,9 @@ TEST_SUITE("reader: interrupted appends") {
       CHECK(r.size() == 5);
     }
     const std::uint64_t inner_end = whole.rfind("PK\x05\x06", whole.size() - 23) + 22;
-    for (const std::uint64_t cut : {old_size + 1, old_size + 3, old_size + 4, old_size + 100,
-                                    old_size + 70000, inner_end, inner_end + 5,
-                                    std::uint64_t(whole.size() - 1)}) {
+    for (const std::uint64_t cut :
+         {old_size + 1, old_size + 3, old_size + 4, old_size + 100, old_size + 70000, inner_end,
+          inner_end + 5, std::uint64_t(whole.size() - 1)}) {
       CAPTURE(cut);
       std::ofstream(path, std::ios::binary | std::ios::trunc) << whole.substr(0, cut);
       std::string told;

@@ -251,8 +251,9 @@ TEST_SUITE("recover") {
 }
 
 TEST_SUITE("recover") {
-  TEST_CASE("an append cut at any length opens with the old members, and recover restores every "
-            "member whose bytes were complete") {
+  TEST_CASE(
+      "an append cut at any length opens with the old members, and recover restores every "
+      "member whose bytes were complete") {
     const std::string base = test::scratch("cut_base.npz");
     {
       mmnpz::writer w(base);
@@ -321,8 +322,8 @@ TEST_SUITE("recover") {
     ::waitpid(pid, nullptr, 0);  // a process id that is gone
     const std::string stale =
         std::string(MMNPZ_TEST_TMP) + "/.stale.npz.mmnpz-tmp-" + std::to_string(pid) + "-3";
-    const std::string live = std::string(MMNPZ_TEST_TMP) + "/.stale.npz.mmnpz-tmp-" +
-                             std::to_string(::getppid()) + "-1";
+    const std::string live =
+        std::string(MMNPZ_TEST_TMP) + "/.stale.npz.mmnpz-tmp-" + std::to_string(::getppid()) + "-1";
     std::ofstream(stale) << "partial";
     std::ofstream(live) << "partial";
     CHECK(mmnpz::recover(path).directory_was_intact);

@@ -580,8 +580,8 @@ TEST_SUITE("writers never break readers") {
     const std::string before = test::read_file(path);
     const std::string bad = path + std::string("\0.bak", 5);
     const std::string said = path + "\\0.bak: embedded null byte";
-    for (auto mode : {mmnpz::open_mode::create, mmnpz::open_mode::truncate,
-                      mmnpz::open_mode::append}) {
+    for (auto mode :
+         {mmnpz::open_mode::create, mmnpz::open_mode::truncate, mmnpz::open_mode::append}) {
       CHECK_THROWS_WITH_AS(mmnpz::writer(bad, {mode}), said.c_str(), mmnpz::error);
     }
     CHECK_THROWS_WITH_AS(mmnpz::reader{bad}, said.c_str(), mmnpz::error);
@@ -597,8 +597,9 @@ TEST_SUITE("writers never break readers") {
   TEST_CASE("a second writer of one file is refused, naming the process that holds it") {
     const std::string path = test::scratch("two_writers.npz");
     write_ramps(path, mmnpz::open_mode::create, 0);
-    const std::string here = path + ": another writer (in this process) has the archive open; "
-                                    "two writers would lose members, so wait until it is closed";
+    const std::string here = path +
+                             ": another writer (in this process) has the archive open; "
+                             "two writers would lose members, so wait until it is closed";
     {
       mmnpz::writer first(path, {mmnpz::open_mode::append});
       const double x = 1;
@@ -756,15 +757,19 @@ TEST_SUITE("writers never break readers") {
       ::close(fds[0]);
       CHECK(rc == 0);
       if (mode == mmnpz::open_mode::truncate) {
-        CHECK(said == "cannot write the new archive (the old one is kept unchanged) over '" +
-                          path + "': File too large");
+        CHECK(said == "cannot write the new archive (the old one is kept unchanged) over '" + path +
+                          "': File too large");
         CHECK(test::read_file(path) == before);
         CHECK(scratch_entries(".efbig_close.npz.").empty());
         continue;
       }
-      CHECK(said == "cannot write the directory of 2 members appended (the archive opens as it "
-                    "was, with 2 members; `mmnpz recover " + path + "` restores the appended "
-                    "ones) to '" + path + "': File too large");
+      CHECK(said ==
+            "cannot write the directory of 2 members appended (the archive opens as it "
+            "was, with 2 members; `mmnpz recover " +
+                path +
+                "` restores the appended "
+                "ones) to '" +
+                path + "': File too large");
       CHECK(file_size(path) == cd_at);
       const mmnpz::reader r(path);
       CHECK(r.was_interrupted());
