@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <complex>
 #include <cstdint>
 #include <cstdlib>
@@ -675,6 +676,34 @@ TEST_SUITE("writers never break readers") {
                     ramp(1000 + 37 * i, t * 1000.0 + i)));
       }
     }
+  }
+
+  TEST_CASE("close() racing writes on other threads leaves every member whose write returned") {
+    const std::string path = test::scratch("close_race.npz");
+    mmnpz::writer w(path);
+    std::atomic<int> written{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 3; ++t) {
+      pool.emplace_back([&w, &written, t] {
+        const auto v = ramp(20000, t);
+        for (int i = 0;; ++i) {
+          try {
+            w.write("t" + std::to_string(t) + "_" + std::to_string(i), v.data(), {v.size()});
+          } catch (const mmnpz::error& e) {
+            CHECK(std::string(e.what()) == w.path() + ": writer is closed");
+            return;
+          }
+          ++written;
+        }
+      });
+    }
+    while (written < 30) std::this_thread::yield();
+    w.close();
+    for (auto& th : pool) th.join();
+    const mmnpz::reader r(path);
+    CHECK(r.size() == static_cast<std::size_t>(written.load()));
+    CHECK(r.bytes_after_archive() == 0);
+    CHECK(r.verify().ok());
   }
 
   TEST_CASE("after a failed write (EFBIG), close() leaves an archive with every committed member") {
