@@ -25,6 +25,15 @@ struct verify_result {
   bool ok() const noexcept { return failures.empty(); }
 };
 
+/// How reader opens an archive.
+struct reader_options {
+  /// Called once, before the constructor returns, when the file ends in an interrupted
+  /// append (see reader::was_interrupted()), with the path and reader::bytes_after_archive().
+  /// An exception it throws propagates out of the constructor.
+  std::function<void(const std::string& path, std::uint64_t bytes_after_archive)>
+      on_interrupted_append;
+};
+
 /// A read-only memory-mapped .npz (ZIP) archive.
 ///
 /// Opening maps the file once and parses the end record and the central directory only; it
@@ -40,9 +49,13 @@ struct verify_result {
 /// Every malformed input raises mmnpz::error naming the path, the member and the byte offset.
 class reader {
  public:
-  /// Maps and opens `path`. Throws errc::io when the file cannot be opened or mapped, and
-  /// errc::corrupt_zip / errc::unsupported when its ZIP structure is bad.
+  /// Maps and opens `path`. Throws errc::io when the file cannot be opened or mapped,
+  /// errc::invalid_argument when `path` holds a NUL byte, and errc::corrupt_zip /
+  /// errc::unsupported when its ZIP structure is bad. A file whose append was interrupted
+  /// (new members after the end record, no new end record) opens as it was before the
+  /// append: was_interrupted() tells, and `options.on_interrupted_append` is called.
   explicit reader(const std::string& path);
+  reader(const std::string& path, const reader_options& options);
 
   /// Opens an archive held in memory (copied once). `display_name` appears in errors.
   static reader from_bytes(const void* data, std::size_t size,
@@ -125,6 +138,13 @@ class reader {
   std::string_view comment() const;
   /// True when the archive has a zip64 end record.
   bool is_zip64() const;
+  /// Bytes after the end record and its comment (trailing garbage, or what an interrupted
+  /// append left); 0 for an archive that ends where it should.
+  std::uint64_t bytes_after_archive() const;
+  /// True when the bytes after the archive start with a local header: an append was
+  /// interrupted, and the archive opened as it was before it. mmnpz::recover() restores the
+  /// members the append committed.
+  bool was_interrupted() const;
 
  private:
   class archive;  // the mapping, the directory and the decoded members (reader.cpp)

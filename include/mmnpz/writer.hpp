@@ -15,7 +15,7 @@ namespace mmnpz {
 /// How writer opens its file.
 enum class open_mode {
   create,    ///< a new file; errc::io (EEXIST) when it exists
-  truncate,  ///< a new file, replacing any existing one
+  truncate,  ///< a new file, replacing any existing one atomically at close() (see writer)
   append,    ///< add members to an existing archive (or create it when missing)
 };
 
@@ -26,6 +26,9 @@ struct writer_options {
   std::size_t alignment = 64;
   /// Allow a name that is already in the archive (readers then see the last one).
   bool allow_duplicate_names = false;
+  /// close() also fsync(2)s the file and, for a new or replaced file, its directory, so
+  /// that the archive survives a power failure once close() returns.
+  bool durable = false;
 };
 
 /// Writes a .npz archive of stored (uncompressed) .npy members whose array data is aligned
@@ -34,19 +37,52 @@ struct writer_options {
 ///
 /// Member names are given without ".npy", as keys to numpy.savez are; ".npy" is appended.
 ///
+/// Writers never break readers:
+/// - Replacing (open_mode::truncate on an existing file) writes a temporary file
+///   ".NAME.mmnpz-tmp-PID-N" in the same directory and renames it over the old file at
+///   close(), with the old file's permissions (and owner, where allowed; a symbolic link is
+///   followed and its target replaced). Readers that mapped the old archive keep reading it;
+///   a writer that dies leaves the old archive as it was (and its temporary file, which the
+///   next successful write of that path, or recover(), removes once its process is gone).
+///   A writer destroyed without close() closes, and so replaces.
+/// - Appending (open_mode::append) writes new members after the existing end record and
+///   never modifies a byte of the existing archive, so readers that mapped it keep working.
+///   Until close() writes the new directory, the file ends in members without an end
+///   record: readers open it as it was before the append (reader::was_interrupted()), and
+///   so they do after a crash; recover() then restores the new members too. Appending to a
+///   file whose last append was interrupted is refused until recover() ran.
+/// - Creating (open_mode::create, or truncate on a missing path) writes the file in place:
+///   after a crash, recover() restores every committed member.
+///
 /// Durability: a member is committed when write() returns (or stream::commit()). The central
 /// directory is written by close(). When the process dies before close(), every committed
 /// member is intact in the file and mmnpz::recover() rebuilds the directory from them.
-/// Appending writes new members after the existing end record and never modifies a byte of
-/// the existing archive, so readers that mapped it keep working.
+/// When a write fails (disk full, EFBIG, I/O error), it throws and its member is abandoned;
+/// close() then writes the directory of the members committed before. When close() itself
+/// fails, it throws errc::io saying what the path holds: the replaced archive unchanged, or
+/// the file as it was before this writer (an append) with the committed members left for
+/// recover() to restore.
 ///
-/// Not thread-safe: one thread writes at a time, and one stream at a time.
+/// One writer per file: the writer holds an advisory lock (fcntl, open file description)
+/// from opening to close(); a second writer of the same file, in this process or another,
+/// and recover(), are refused with errc::invalid_argument naming the process holding it.
+/// The lock is advisory: other programs writing the file are not stopped, and network file
+/// systems may not honour it.
+///
+/// Thread safety: every method takes the writer's mutex, so one writer may be shared by
+/// threads; their members go in one at a time. While a stream is open, other threads'
+/// write() and begin() wait until it is committed or abandoned (the stream's own thread is
+/// refused, errc::invalid_argument, as it would wait for itself); close() does not wait: it
+/// abandons an open stream, whose next write() or commit() then throws.
+///
+/// Paths holding a NUL byte are refused (errc::invalid_argument, "embedded null byte").
 class writer {
  public:
   class stream;
 
   /// Opens `path`. Throws errc::io for OS errors, errc::invalid_argument for a bad
-  /// alignment, and the reader's errors when appending to an archive that cannot be read.
+  /// alignment, a path holding NUL or a file another writer has open, and the reader's
+  /// errors when appending to an archive that cannot be read.
   explicit writer(const std::string& path, writer_options options = {});
   writer(writer&&) noexcept;
   writer& operator=(writer&&) noexcept;
@@ -80,7 +116,9 @@ class writer {
   /// the same file as write_bytes(). Refused like write_bytes() for a bad name.
   stream begin_bytes(std::string_view name, std::uint64_t n);
 
-  /// Writes the central directory and closes the file. Idempotent.
+  /// Writes the central directory, closes the file (renames it over the replaced one) and
+  /// releases the lock. Idempotent; after a failure (errc::io, see above) the writer is
+  /// closed.
   void close();
 
   /// Members committed by this writer (not counting those it appended to).
@@ -130,8 +168,11 @@ struct recover_result {
 /// Repairs an archive whose writer died before close(): scans the local headers from the
 /// start, keeps every member whose bytes are complete and whose CRC-32 matches, truncates the
 /// file after the last of them and writes a new central directory. A member is recovered only
-/// when it and every member before it are intact. An archive that already opens is left as
-/// it is. Throws errc::io for OS errors and errc::corrupt_zip when no member can be found.
+/// when it and every member before it are intact. An archive that already opens, with no
+/// interrupted append after it, is left as it is. Also removes the temporary files that
+/// writers replacing `path` left when their process died. Throws errc::io for OS errors,
+/// errc::corrupt_zip when no member can be found, and errc::invalid_argument for a path
+/// holding NUL or an archive that a writer has open.
 recover_result recover(const std::string& path);
 
 }  // namespace mmnpz

@@ -8,12 +8,13 @@ data is aligned in the file, readable by numpy and any ZIP tool.
 
 from . import _mmnpz
 from ._mmnpz import FormatError
-from ._npz import MemberInfo, NpzReader, NpzWriter, load, recover, savez
+from ._npz import (InterruptedAppendWarning, MemberInfo, NpzReader, NpzWriter, load, recover,
+                   savez)
 from .data import Batch, Dataset, Loader, Sampler, gather_fields
 from .shards import ShardWriter
 
 __all__ = [
-    "Batch", "Dataset", "FormatError", "Loader", "MemberInfo", "NpzReader", "NpzWriter", "Sampler",
-    "ShardWriter", "gather_fields", "load", "recover", "savez",
+    "Batch", "Dataset", "FormatError", "InterruptedAppendWarning", "Loader", "MemberInfo",
+    "NpzReader", "NpzWriter", "Sampler", "ShardWriter", "gather_fields", "load", "recover", "savez",
 ]
 __version__ = _mmnpz.__version__

@@ -14,6 +14,8 @@ class FormatError(ValueError):
     offset: Optional[int]
     code: int
 
+class InterruptedAppendWarning(UserWarning): ...
+
 class MemberInfo(NamedTuple):
     name: str
     kind: str
@@ -66,7 +68,7 @@ class _MemberStream:
 
 class NpzWriter:
     def __init__(self, file: _Path, mode: str = "x", *, align: int = 64,
-                 allow_duplicate_names: bool = False) -> None: ...
+                 allow_duplicate_names: bool = False, durable: bool = False) -> None: ...
     def write(self, name: str, array: npt.ArrayLike) -> None: ...
     def begin(self, name: str, dtype: npt.DTypeLike, shape: Sequence[int],
               fortran_order: bool = False) -> _MemberStream: ...

@@ -4,12 +4,22 @@ import collections
 import collections.abc
 import io
 import os
+import threading
+import warnings
 
 import numpy as np
 
 from . import _core, _mmnpz
 
-__all__ = ["MemberInfo", "NpzReader", "NpzWriter", "load", "recover", "savez"]
+__all__ = [
+    "InterruptedAppendWarning", "MemberInfo", "NpzReader", "NpzWriter", "load", "recover", "savez",
+]
+
+
+class InterruptedAppendWarning(UserWarning):
+    """An archive ends in members an interrupted append left: it was opened as it was before
+    the append, and :func:`recover` restores the appended members."""
+
 
 MemberInfo = collections.namedtuple(
     "MemberInfo",
@@ -66,6 +76,12 @@ class NpzReader(collections.abc.Mapping):
         self._path = _core.path(file)
         self._options = (mmap_mode, bool(cache), bool(preload), bool(allow_pickle))
         self._reader = _mmnpz.Reader(self._path)
+        if self._reader.was_interrupted:
+            warnings.warn(
+                f"{self._path}: an interrupted append left {self._reader.bytes_after_archive} "
+                "bytes after the archive's end record; opened the archive as it was before the "
+                f"append. `mmnpz recover {self._path}` restores the appended members.",
+                InterruptedAppendWarning, stacklevel=2)
         whole = np.frombuffer(self._reader.mapping(), dtype=np.uint8).view(np.memmap)
         whole.filename, whole.offset, whole.mode = os.path.abspath(self._path), 0, "r"
         #: A read-only uint8 ``numpy.memmap`` of the whole file.
@@ -260,18 +276,27 @@ class NpzWriter:
     """Writes a .npz archive of stored members whose array data is aligned in the file.
 
     :param file: path (``str`` or ``os.PathLike``)
-    :param mode: ``"x"`` create (fails if the file exists), ``"w"`` truncate, ``"a"`` append
+    :param mode: ``"x"`` create (fails if the file exists), ``"w"`` replace (a new file,
+        renamed over an existing one by ``close()``), ``"a"`` append
     :param align: array data starts at a multiple of this many bytes in the file (a power of
         two up to 65536)
+    :param durable: ``close()`` also fsyncs the file and, for a new or replaced one, its
+        directory
 
     Members are committed as ``write()`` returns; ``close()`` writes the directory. If the
-    process dies before, :func:`recover` restores every committed member.
+    process dies before, :func:`recover` restores every committed member; a replaced archive
+    (mode ``"w"``) is then left as it was, and readers of it keep their data in every case.
+    One writer per file: a second one (in any process) raises ValueError. A writer may be
+    shared by threads: its calls take turns.
     """
 
-    def __init__(self, file, mode="x", *, align=64, allow_duplicate_names=False):
+    def __init__(self, file, mode="x", *, align=64, allow_duplicate_names=False, durable=False):
         if mode not in ("x", "w", "a"):
             raise ValueError(f"mode must be 'x', 'w' or 'a', not {mode!r}")
-        self._writer = _mmnpz.Writer(_core.path(file), mode, align, allow_duplicate_names)
+        # Held by every call (a strided write and a begun stream span several core calls).
+        self._lock = threading.RLock()
+        self._writer = _mmnpz.Writer(_core.path(file), mode, align, allow_duplicate_names,
+                                     bool(durable))
 
     def _open_writer(self):
         if self._writer is None:
@@ -289,19 +314,20 @@ class NpzWriter:
     def write(self, name, array):
         """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'``.
         Contiguous arrays are written from their memory, strided ones in chunks."""
-        writer = self._open_writer()
         array = np.asanyarray(array)
         descr = self._descr(name, array)
-        if array.flags.c_contiguous:
-            writer.write(name, _raw_bytes(array), descr, array.shape, False)
-        elif array.flags.f_contiguous:
-            writer.write(name, _raw_bytes(array.T), descr, array.shape, True)
-        else:
-            with self.begin(name, array.dtype, array.shape) as stream:
-                row_bytes = max(array[:1].nbytes, 1)
-                step = max(1, _STREAM_CHUNK // row_bytes)
-                for start in range(0, array.shape[0], step):
-                    stream.write(array[start:start + step])
+        with self._lock:
+            writer = self._open_writer()
+            if array.flags.c_contiguous:
+                writer.write(name, _raw_bytes(array), descr, array.shape, False)
+            elif array.flags.f_contiguous:
+                writer.write(name, _raw_bytes(array.T), descr, array.shape, True)
+            else:
+                with self.begin(name, array.dtype, array.shape) as stream:
+                    row_bytes = max(array[:1].nbytes, 1)
+                    step = max(1, _STREAM_CHUNK // row_bytes)
+                    for start in range(0, array.shape[0], step):
+                        stream.write(array[start:start + step])
 
     def begin(self, name, dtype, shape, fortran_order=False):
         """Starts a member written in pieces (for arrays larger than memory). Use as a context
@@ -309,14 +335,18 @@ class NpzWriter:
         dtype = np.dtype(dtype)
         descr = self._descr(name, np.empty(0, dtype))
         shape = tuple(int(n) for n in shape)
-        stream = self._open_writer().begin(name, descr, shape, bool(fortran_order))
+        with self._lock:
+            stream = self._open_writer().begin(name, descr, shape, bool(fortran_order))
         return _MemberStream(stream, dtype)
 
     def close(self):
-        """Writes the central directory and closes the file (idempotent)."""
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
-            writer.close()
+        """Writes the central directory and closes the file (idempotent). With mode ``"w"``,
+        renames the new archive over the old one. Raises OSError saying what the file holds
+        when that fails."""
+        with self._lock:
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                writer.close()
 
     def __enter__(self):
         return self

@@ -166,7 +166,10 @@ class py_stream {
     s_.write(info.ptr, n);
   }
   std::uint64_t remaining() const { return s_.remaining(); }
-  void commit() { s_.commit(); }
+  void commit() {
+    py::gil_scoped_release nogil;
+    s_.commit();
+  }
 
  private:
   mmnpz::writer::stream s_;
@@ -315,10 +318,16 @@ mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def_property_readonly("file_size", [](const py_reader& p) { return p.r.file_size(); })
       .def_property_readonly("leading_bytes",
                              [](const py_reader& p) { return p.r.leading_bytes(); })
-      .def_property_readonly(
-          "comment",
-          [](const py_reader& p) { return py::bytes(p.r.comment().data(), p.r.comment().size()); })
-      .def_property_readonly("is_zip64", [](const py_reader& p) { return p.r.is_zip64(); });
+      .def_property_readonly("comment",
+                             [](const py_reader& p) {
+                               const mmnpz::reader& r = p.r;
+                               return py::bytes(r.comment().data(), r.comment().size());
+                             })
+      .def_property_readonly("is_zip64", [](const py_reader& p) { return p.r.is_zip64(); })
+      .def_property_readonly("bytes_after_archive",
+                             [](const py_reader& p) { return p.r.bytes_after_archive(); })
+      .def_property_readonly("was_interrupted",
+                             [](const py_reader& p) { return p.r.was_interrupted(); });
 }
 
 void bind_writer(py::module_& m) {
@@ -329,13 +338,17 @@ void bind_writer(py::module_& m) {
 
   py::class_<mmnpz::writer>(m, "Writer", R"(Writes an aligned .npz archive (see mmnpz::writer).)")
       .def(py::init([](const std::string& path, const std::string& mode, std::size_t align,
-                       bool allow_duplicates) {
-             mmnpz::writer_options o{mode_of(mode), align, allow_duplicates};
+                       bool allow_duplicates, bool durable) {
+             mmnpz::writer_options o;
+             o.mode = mode_of(mode);
+             o.alignment = align;
+             o.allow_duplicate_names = allow_duplicates;
+             o.durable = durable;
              py::gil_scoped_release nogil;
              return mmnpz::writer(path, o);
            }),
            py::arg("path"), py::arg("mode") = "x", py::arg("align") = 64,
-           py::arg("allow_duplicate_names") = false)
+           py::arg("allow_duplicate_names") = false, py::arg("durable") = false)
       .def(
           "write",
           [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
@@ -353,11 +366,35 @@ void bind_writer(py::module_& m) {
           "begin",
           [](mmnpz::writer& w, const std::string& name, const std::string& descr,
              const std::vector<std::uint64_t>& shape, bool fortran_order) {
-            return py_stream(w.begin(name, mmnpz::parse_descr(descr), shape, fortran_order));
+            const mmnpz::dtype type = mmnpz::parse_descr(descr);
+            // Without the GIL: begin() waits while another thread's stream is open.
+            py::gil_scoped_release nogil;
+            return py_stream(w.begin(name, type, shape, fortran_order));
           },
           py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false,
           py::keep_alive<0, 1>(), R"(Starts a member whose bytes arrive in pieces.)")
-      .def("close", &mmnpz::writer::close, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "close",
+          [](mmnpz::writer& w) {
+            std::optional<mmnpz::error> failed;
+            {
+              py::gil_scoped_release nogil;
+              try {
+                w.close();
+              } catch (const mmnpz::error& e) {
+                if (e.code() != mmnpz::errc::io) throw;
+                failed = e;
+              }
+            }
+            if (failed) {
+              // The whole sentence: it says what the file holds now.
+              py::object err = py::reinterpret_borrow<py::object>(PyExc_OSError)(
+                  failed->sys_errno(), failed->what());
+              PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+              throw py::error_already_set();
+            }
+          },
+          R"(Writes the central directory and closes (renames over a replaced archive).)")
       .def_property_readonly("members_written", &mmnpz::writer::members_written)
       .def_property_readonly("path", &mmnpz::writer::path);
 }

@@ -1,6 +1,7 @@
 #include "detail/mapped_file.hpp"
 
 #include "detail/errors.hpp"
+#include "detail/paths.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -30,6 +31,7 @@ struct fd_guard {
 }  // namespace
 
 mapped_bytes map_file(const std::string& path) {
+  check_path(path);
   fd_guard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) os_error("open", path, errno);
   struct stat st {};

@@ -16,7 +16,8 @@ struct mapped_bytes {
   std::shared_ptr<const void> keepalive;  ///< unmaps (or frees) when the last owner is gone
 };
 
-/// Maps `path` read-only. Throws mmnpz::error (errc::io) naming the path. An empty file is
+/// Maps `path` read-only. Throws mmnpz::error (errc::io) naming the path, and
+/// errc::invalid_argument for a path holding a NUL byte. An empty file is
 /// returned with size 0 and no mapping.
 mapped_bytes map_file(const std::string& path);
 

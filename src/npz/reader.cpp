@@ -502,8 +502,14 @@ class reader::archive : public detail::archive {
 
 reader::reader(std::shared_ptr<const archive> a) : a_(std::move(a)) {}
 
-reader::reader(const std::string& path)
-    : a_(std::make_shared<const archive>(path, detail::map_file(path))) {}
+reader::reader(const std::string& path) : reader(path, reader_options{}) {}
+
+reader::reader(const std::string& path, const reader_options& options)
+    : a_(std::make_shared<const archive>(path, detail::map_file(path))) {
+  if (options.on_interrupted_append && was_interrupted()) {
+    options.on_interrupted_append(path, bytes_after_archive());
+  }
+}
 
 reader reader::from_bytes(const void* data, std::size_t size, std::string display_name) {
   return reader(
@@ -590,5 +596,12 @@ std::uint64_t reader::file_size() const { return a_->file().size; }
 std::uint64_t reader::leading_bytes() const { return a_->dir().leading_bytes; }
 std::string_view reader::comment() const { return a_->dir().comment; }
 bool reader::is_zip64() const { return a_->dir().zip64; }
+std::uint64_t reader::bytes_after_archive() const {
+  return a_->file().size - a_->dir().archive_end;
+}
+bool reader::was_interrupted() const {
+  const std::uint64_t end = a_->dir().archive_end;
+  return zip::starts_appended_member(a_->file().data + end, a_->file().size - end);
+}
 
 }  // namespace mmnpz

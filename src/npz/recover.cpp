@@ -12,7 +12,9 @@
 #include "detail/errors.hpp"
 #include "detail/file_io.hpp"
 #include "detail/mapped_file.hpp"
+#include "detail/paths.hpp"
 #include "mmnpz/writer.hpp"
+#include "npz/writer_files.hpp"
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
@@ -201,8 +203,28 @@ class scanner {
 
 }  // namespace
 
+// Closes a file descriptor when it goes out of scope.
+struct fd_closer {
+  int fd;
+  ~fd_closer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 recover_result recover(const std::string& path) {
+  detail::check_path(path);
   recover_result out;
+  // The writer lock, held to the end: a writer still at work must not be cut short. A file
+  // that cannot be written is only read (an intact archive needs nothing more).
+  bool writable = true;
+  fd_closer locked{::open(path.c_str(), O_RDWR | O_CLOEXEC)};
+  if (locked.fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+    writable = false;
+    locked.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  if (locked.fd < 0) throw errors::os(path, "open", errno);
+  if (writable) detail::lock_for_writing(locked.fd, path);
+  detail::remove_stale_temps(path);
   detail::mapped_bytes file = detail::map_file(path);
   const std::byte* p = file.data;
   const std::uint64_t size = file.size;
@@ -239,17 +261,11 @@ recover_result recover(const std::string& path) {
   zip::emit_end_records(cd, scan.entries().size(), cd_size, kept);
   file = {};  // unmap before changing the file
 
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) throw errors::os(path, "open", errno);
-  try {
-    if (::ftruncate(fd, static_cast<off_t>(kept)) != 0) throw errors::os(path, "truncate", errno);
-    detail::pwrite_all(fd, cd.data(), cd.size(), kept, path);
-    if (::fsync(fd) != 0) throw errors::os(path, "sync", errno);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  if (!writable) throw errors::os(path, "open", EACCES);
+  const int fd = locked.fd;
+  if (::ftruncate(fd, static_cast<off_t>(kept)) != 0) throw errors::os(path, "truncate", errno);
+  detail::pwrite_all(fd, cd.data(), cd.size(), kept, path);
+  if (::fsync(fd) != 0) throw errors::os(path, "sync", errno);
   out.members_recovered = scan.entries().size();
   out.bytes_kept = kept + cd.size();
   out.bytes_cut = size - kept;

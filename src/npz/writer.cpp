@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <thread>
 #include <unordered_set>
 
@@ -17,8 +19,10 @@
 #include "detail/errors.hpp"
 #include "detail/file_io.hpp"
 #include "detail/mapped_file.hpp"
+#include "detail/paths.hpp"
 #include "detail/utf8.hpp"
 #include "mmnpz/npy.hpp"
+#include "npz/writer_files.hpp"
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
@@ -42,9 +46,21 @@ constexpr std::size_t parallel_crc = std::size_t{8} << 20;
 }  // namespace
 
 struct writer::impl {
+  // Every public method of writer and stream holds this: one writer may be shared by threads.
+  std::mutex mu;
+  // While a stream is open, other threads' new members wait for it (turn()).
+  std::condition_variable idle;
+  std::thread::id stream_thread;
   std::string path;
   writer_options opt;
   int fd = -1;
+  // Replacing an existing archive (open_mode::truncate): the members go to `temp`, renamed
+  // over `target` (the path, symbolic links resolved) by close(). The replaced file stays
+  // open as `lock_fd` for the writer lock; otherwise the lock is on `fd`.
+  std::string target;
+  std::string temp;
+  int lock_fd = -1;
+  bool created = false;     // the file is new: close() syncs its directory when durable
   std::uint64_t pos = 0;    // absolute offset where the next member goes
   std::uint64_t shift = 0;  // bytes before the archive that its offsets do not count
   std::string old_cd;       // the appended-to archive's directory entries, verbatim
@@ -267,10 +283,20 @@ struct writer::impl {
     entry_names.push_back(std::move(cur_name));
     cur.name = entry_names.back();
     entries.push_back(cur);
-    active = false;
+    abandon();  // done with it
   }
 
-  void abandon() { active = false; }
+  void abandon() {
+    active = false;
+    idle.notify_all();
+  }
+
+  // The lock, once no other thread's stream is open.
+  std::unique_lock<std::mutex> turn() {
+    std::unique_lock<std::mutex> lock(mu);
+    idle.wait(lock, [this] { return !active || stream_thread == std::this_thread::get_id(); });
+    return lock;
+  }
 
   void write_at(const void* data, std::size_t n, std::uint64_t offset) {
     detail::pwrite_all(fd, data, n, offset, path);
@@ -286,17 +312,71 @@ struct writer::impl {
     zip::emit_end_records(cd, old_count + entries.size(), cd_size, pos - shift);
     const int f = fd;
     fd = -1;
+    const std::uint64_t end = pos + cd.size();
     try {
       detail::pwrite_all(f, cd.data(), cd.size(), pos, path);
-      // Drop what an abandoned member left beyond the end record.
-      if (file_end > pos + cd.size() && ::ftruncate(f, static_cast<off_t>(pos + cd.size())) != 0) {
+      // Drop what an abandoned or failed member left beyond the end record.
+      struct stat st {};
+      if (::fstat(f, &st) != 0) throw errors::os(path, "stat", errno);
+      if (static_cast<std::uint64_t>(st.st_size) > end &&
+          ::ftruncate(f, static_cast<off_t>(end)) != 0) {
         throw errors::os(path, "truncate", errno);
       }
+      if (opt.durable && ::fsync(f) != 0) throw errors::os(path, "sync", errno);
+    } catch (const error& e) {
+      fail_close(f, e.sys_errno());
+    }
+    if (::close(f) != 0) fail_close(-1, errno);
+    const std::string& final_path = temp.empty() ? path : target;
+    if (!temp.empty()) {
+      if (::rename(temp.c_str(), target.c_str()) != 0) fail_close(-1, errno);
+      temp.clear();
+    }
+    try {
+      if (opt.durable && (created || lock_fd >= 0)) detail::sync_directory_of(final_path);
     } catch (...) {
-      ::close(f);
+      release_lock();
       throw;
     }
-    if (::close(f) != 0) throw errors::os(path, "close", errno);
+    detail::remove_stale_temps(final_path);
+    release_lock();
+  }
+
+  void release_lock() {
+    if (lock_fd >= 0) ::close(lock_fd);
+    lock_fd = -1;
+  }
+
+  // close() could not finish: says what the path holds now, which is either the archive it
+  // replaced or every member committed before the failure.
+  [[noreturn]] void fail_close(int f, int err) {
+    if (!temp.empty()) {
+      if (f >= 0) ::close(f);
+      ::unlink(temp.c_str());
+      temp.clear();
+      release_lock();
+      throw errors::os(path, "write the new archive (the old one is kept unchanged) over", err);
+    }
+    if (f >= 0) {
+      // Without the partial directory, the file reads as before this writer and recover()
+      // finds every committed member.
+      (void)!::ftruncate(f, static_cast<off_t>(pos));
+      ::close(f);
+    }
+    const auto members = [](std::uint64_t n) {
+      return std::to_string(n) + (n == 1 ? " member" : " members");
+    };
+    const std::string recover = "`mmnpz recover " + path + "` restores";
+    if (old_count == 0 && old_cd.empty()) {
+      throw errors::os(
+          path, "write the directory of " + members(entries.size()) + " (" + recover + " them) to",
+          err);
+    }
+    throw errors::os(path,
+                     "write the directory of " + members(entries.size()) +
+                         " appended (the archive opens as it was, with " + members(old_count) +
+                         "; " + recover + " the appended ones) to",
+                     err);
   }
 
   // Adds 64 spaces of padding to a .npy header (numpy accepts any header length).
@@ -309,12 +389,96 @@ struct writer::impl {
       npy[8 + k] = static_cast<char>((len >> (8 * k)) & 0xFF);
   }
 
-  void open_append_if_exists() {
+  void open_file() {
+    if (opt.mode == open_mode::truncate) {
+      open_replace();
+      return;
+    }
+    int flags = O_RDWR | O_CLOEXEC | O_CREAT;
+    if (opt.mode == open_mode::create) flags |= O_EXCL;
+    fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) throw errors::os(path, "create", errno);
+    try {
+      detail::lock_for_writing(fd, path);
+      if (opt.mode == open_mode::append) open_append();
+    } catch (...) {
+      ::close(fd);
+      fd = -1;
+      throw;
+    }
+    created = opt.mode == open_mode::create;
+  }
+
+  // open_mode::truncate: a new file when there is none, else a temporary one next to it that
+  // close() renames over it, so that readers of the old archive keep it whole and a writer
+  // that dies leaves it as it was.
+  void open_replace() {
+    target = path;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      if (char* real = ::realpath(path.c_str(), nullptr)) {
+        target = real;
+        std::free(real);
+      }
+    }
+    for (int attempt = 0;; ++attempt) {
+      const int old = ::open(target.c_str(), O_RDWR | O_CLOEXEC);
+      if (old < 0 && errno == ENOENT) {
+        fd = ::open(target.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
+        if (fd < 0 && errno == EEXIST && attempt < 3) continue;  // created meanwhile
+        if (fd < 0) throw errors::os(path, "create", errno);
+        try {
+          detail::lock_for_writing(fd, path);
+        } catch (...) {
+          ::close(fd);
+          fd = -1;
+          throw;
+        }
+        created = true;
+        return;
+      }
+      if (old < 0) throw errors::os(path, "create", errno);
+      if (::fstat(old, &st) != 0 || !S_ISREG(st.st_mode)) {
+        // A device or a pipe cannot be replaced: it is written as it is.
+        fd = old;
+        return;
+      }
+      try {
+        detail::lock_for_writing(old, path);
+      } catch (...) {
+        ::close(old);
+        throw;
+      }
+      lock_fd = old;
+      break;
+    }
+    temp = detail::temp_path_for(target);
+    fd = ::open(temp.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+      const int err = errno;
+      temp.clear();
+      release_lock();
+      throw errors::os(path, "create a temporary file next to", err);
+    }
+    // The new archive keeps the old one's permissions and, where allowed, its owner.
+    (void)::fchmod(fd, st.st_mode & 07777);
+    if (st.st_uid != ::geteuid() || st.st_gid != ::getegid()) {
+      (void)::fchown(fd, st.st_uid, st.st_gid);
+    }
+  }
+
+  void open_append() {
     detail::mapped_bytes old = detail::map_file(path);
     if (old.size == 0) return;
     const zip::directory d = zip::read_directory(old.data, old.size, path);
+    if (d.archive_end < old.size &&
+        zip::starts_appended_member(old.data + d.archive_end, old.size - d.archive_end)) {
+      throw errors::corrupt_zip(path, {}, d.archive_end,
+                                "an earlier append was interrupted here, leaving " +
+                                    std::to_string(old.size - d.archive_end) +
+                                    " bytes after the archive; run `mmnpz recover " + path +
+                                    "` first, or its members would be lost");
+    }
     old_cd.assign(reinterpret_cast<const char*>(old.data + d.cd_offset), d.cd_size);
     old_count = d.members.size();
     for (const auto& m : d.members) names.insert(std::string(m.name));
@@ -326,6 +490,7 @@ struct writer::impl {
 };
 
 writer::writer(const std::string& path, writer_options options) : p_(std::make_unique<impl>()) {
+  detail::check_path(path);
   p_->path = path;
   p_->opt = options;
   const std::size_t a = options.alignment;
@@ -333,19 +498,17 @@ writer::writer(const std::string& path, writer_options options) : p_(std::make_u
     throw errors::invalid_argument(path, {}, error::no_offset,
                 "alignment " + std::to_string(a) + " is not a power of two from 1 to 65536");
   }
-  int flags = O_RDWR | O_CLOEXEC | O_CREAT;
-  if (options.mode == open_mode::create) flags |= O_EXCL;
-  if (options.mode == open_mode::truncate) flags |= O_TRUNC;
-  if (options.mode == open_mode::append) p_->open_append_if_exists();
-  p_->fd = ::open(path.c_str(), flags, 0644);
-  if (p_->fd < 0) throw errors::os(path, "create", errno);
+  p_->open_file();
 }
 
 writer::writer(writer&&) noexcept = default;
 writer& writer::operator=(writer&& other) noexcept {
   if (this != &other) {
     try {
-      if (p_) p_->close();
+      if (p_) {
+        std::lock_guard<std::mutex> lock(p_->mu);
+        p_->close();
+      }
     } catch (...) {
     }
     p_ = std::move(other.p_);
@@ -355,13 +518,17 @@ writer& writer::operator=(writer&& other) noexcept {
 
 writer::~writer() {
   try {
-    if (p_) p_->close();
+    if (p_) {
+      std::lock_guard<std::mutex> lock(p_->mu);
+      p_->close();
+    }
   } catch (...) {
   }
 }
 
 void writer::write(std::string_view name, const void* data, const dtype& type,
                    const std::vector<std::uint64_t>& shape, bool fortran_order) {
+  const auto lock = p_->turn();
   p_->begin(name, type, shape, fortran_order);
   const std::uint64_t n = p_->cur_left;
   if (n > 0 && data == nullptr) {
@@ -377,6 +544,7 @@ void writer::write(std::string_view name, const void* data, const dtype& type,
 }
 
 void writer::write_bytes(std::string_view name, const void* data, std::size_t n) {
+  const auto lock = p_->turn();
   p_->check_open();
   if (p_->active) p_->refuse(name, "another member is still being written");
   if (n > 0 && data == nullptr) p_->refuse(name, "no data given for a non-empty member");
@@ -391,36 +559,56 @@ void writer::write_bytes(std::string_view name, const void* data, std::size_t n)
 
 writer::stream writer::begin(std::string_view name, const dtype& type,
                              const std::vector<std::uint64_t>& shape, bool fortran_order) {
+  const auto lock = p_->turn();
   p_->begin(name, type, shape, fortran_order);
+  p_->stream_thread = std::this_thread::get_id();
   return stream(p_.get(), p_->member_id);
 }
 
 writer::stream writer::begin_bytes(std::string_view name, std::uint64_t n) {
+  const auto lock = p_->turn();
   p_->check_open();
   if (p_->active) p_->refuse(name, "another member is still being written");
   p_->begin_member(p_->checked_name(name, ""), {}, n);
+  p_->stream_thread = std::this_thread::get_id();
   return stream(p_.get(), p_->member_id);
 }
 
-void writer::close() { p_->close(); }
-std::size_t writer::members_written() const { return p_->entries.size(); }
+void writer::close() {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  p_->close();
+}
+std::size_t writer::members_written() const {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  return p_->entries.size();
+}
 const std::string& writer::path() const { return p_->path; }
 
 writer::stream::stream(stream&& other) noexcept : w_(other.w_), id_(other.id_) {
   other.w_ = nullptr;
 }
 writer::stream::~stream() {
+  if (!w_) return;
+  std::lock_guard<std::mutex> lock(w_->mu);
   if (owns()) w_->abandon();
 }
 bool writer::stream::owns() const { return w_ && w_->active && w_->member_id == id_; }
 void writer::stream::write(const void* data, std::size_t n) {
+  std::unique_lock<std::mutex> lock;
+  if (w_) lock = std::unique_lock<std::mutex>(w_->mu);
   if (!owns())
     throw errors::invalid_argument(w_ ? w_->path : std::string(), {}, error::no_offset,
                 "the stream's member was committed or abandoned");
   w_->write_data(data, n);
 }
-std::uint64_t writer::stream::remaining() const { return owns() ? w_->cur_left : 0; }
+std::uint64_t writer::stream::remaining() const {
+  if (!w_) return 0;
+  std::lock_guard<std::mutex> lock(w_->mu);
+  return owns() ? w_->cur_left : 0;
+}
 void writer::stream::commit() {
+  std::unique_lock<std::mutex> lock;
+  if (w_) lock = std::unique_lock<std::mutex>(w_->mu);
   if (!owns())
     throw errors::invalid_argument(w_ ? w_->path : std::string(), {}, error::no_offset,
                 "the stream's member was committed or abandoned");

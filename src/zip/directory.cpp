@@ -1,8 +1,11 @@
 #include "zip/directory.hpp"
 
+#include <string.h>
+
 #include <algorithm>
 #include <initializer_list>
 #include <numeric>
+#include <optional>
 
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
@@ -27,12 +30,14 @@ std::string range(std::uint64_t start, std::initializer_list<std::uint64_t> size
 
 // The classic end record: the last signature, scanning backwards over at most a maximal
 // comment, whose comment ends exactly at end of file; failing that, the last one whose
-// comment fits (trailing garbage after the comment is tolerated, as Info-ZIP does).
-end_record find_end_record(const std::byte* data, std::uint64_t size, const context& ctx) {
+// comment fits (trailing garbage after the comment is tolerated, as Info-ZIP does). Returns
+// nothing, with `why` saying what is missing, when there is none.
+std::optional<end_record> find_end_record(const std::byte* data, std::uint64_t size,
+                                          const context& ctx, std::string& why) {
   if (size < end_size) {
-    ctx.fail(errc::corrupt_zip, error::no_offset,
-             "not a ZIP archive: " + std::to_string(size) +
-                 " bytes is too small for an end of central directory record");
+    why = "not a ZIP archive: " + std::to_string(size) +
+          " bytes is too small for an end of central directory record";
+    return std::nullopt;
   }
   const std::uint64_t lowest = size > end_search_window ? size - end_search_window : 0;
   std::uint64_t fallback = error::no_offset;
@@ -48,9 +53,9 @@ end_record find_end_record(const std::byte* data, std::uint64_t size, const cont
     if (comment_len < after && fallback == error::no_offset) fallback = pos;
   }
   if (fallback == error::no_offset) {
-    ctx.fail(errc::corrupt_zip, error::no_offset,
-             "not a ZIP archive: no end of central directory record in the last " +
-                 std::to_string(size - lowest) + " bytes");
+    why = "not a ZIP archive: no end of central directory record in the last " +
+          std::to_string(size - lowest) + " bytes";
+    return std::nullopt;
   }
   byte_reader r(data + fallback, size - fallback, fallback, ctx, errc::corrupt_zip);
   return parse_end_record(r);
@@ -95,12 +100,10 @@ std::uint64_t read_zip64_end(const std::byte* data, const end_record& classic, e
   return pos;
 }
 
-}  // namespace
-
-directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path) {
+// The archive whose classic end record is `classic` (which lies within `data`).
+directory read_from(const std::byte* data, const end_record& classic, const std::string& path) {
   const context ctx{path};
   directory d;
-  const end_record classic = find_end_record(data, size, ctx);
   end_record e = classic;
   const std::uint64_t end64 = read_zip64_end(data, classic, e, ctx);
   d.zip64 = end64 != error::no_offset;
@@ -198,6 +201,86 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
   }
   d.leading_bytes = d.members.empty() ? d.cd_offset : at(0).local_header_offset;
   return d;
+}
+
+// The archive an interrupted append started from: the last end record before `before` whose
+// central directory precedes it and parses, and which is followed by the start of a local
+// header (the first appended member). Its directory must list the file's first member (an
+// end record inside an appended member's data, say of a .zip stored as bytes, does not),
+// or, when it lists none, no member may precede it. Tries a bounded number of candidates,
+// so that a file full of end signatures costs no more than a few directory parses.
+std::optional<directory> interrupted_append(const std::byte* data, std::uint64_t size,
+                                            std::uint64_t before, const std::string& path) {
+  constexpr int max_candidates = 64;
+  const context ctx{path};
+  const std::uint64_t first_member = find_local_header(data, size, 0);
+  int tried = 0;
+  std::uint64_t pos = std::min(before, size - std::min(size, end_size) + 1);
+  while (pos > 0 && tried < max_candidates) {
+    const void* hit = ::memrchr(data, 0x50, static_cast<std::size_t>(pos));  // 'P'
+    if (!hit) break;
+    pos = static_cast<std::uint64_t>(static_cast<const std::byte*>(hit) - data);
+    if (size - pos < end_size || signature_at(data + pos) != end_sig) continue;
+    byte_reader r(data + pos, size - pos, pos, ctx, errc::corrupt_zip);
+    const end_record e = parse_end_record(r);
+    const std::uint64_t archive_end = pos + end_size + e.comment_len;
+    if (e.comment.size() != e.comment_len || archive_end == size ||
+        !starts_appended_member(data + archive_end, size - archive_end)) {
+      continue;
+    }
+    ++tried;
+    try {
+      directory d = read_from(data, e, path);
+      const bool first =
+          d.members.empty() ? first_member >= archive_end : d.leading_bytes == first_member;
+      if (first) return d;
+    } catch (const error&) {
+      // Not the archive's end record: keep looking.
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool starts_appended_member(const std::byte* p, std::uint64_t avail) {
+  if (avail == 0) return false;
+  const std::uint32_t sig = local_header_sig;
+  for (std::uint64_t k = 0; k < 4 && k < avail; ++k) {
+    if (static_cast<unsigned>(p[k]) != ((sig >> (8 * k)) & 0xFF)) return false;
+  }
+  return true;
+}
+
+directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path) {
+  const context ctx{path};
+  std::string why;
+  const std::optional<end_record> classic = find_end_record(data, size, ctx, why);
+  if (!classic) {
+    if (auto d = interrupted_append(data, size, size, path)) return std::move(*d);
+    // Members without a directory: what a writer that died before close() leaves.
+    if (find_local_header(data, size, 0) < size) {
+      why += "; running `mmnpz recover` on it may restore its members";
+    }
+    ctx.fail(errc::corrupt_zip, error::no_offset, why);
+  }
+  const bool exact = classic->offset + end_size + classic->comment_len == size;
+  try {
+    directory d = read_from(data, *classic, path);
+    // An archive after bytes that hold a member of their own may be one stored in a member
+    // that an interrupted append wrote (a .zip written as bytes): the outer archive wins.
+    if (d.shift != 0 && !d.members.empty() && d.leading_bytes != find_local_header(data, size, 0)) {
+      if (auto outer = interrupted_append(data, size, classic->offset, path)) {
+        return std::move(*outer);
+      }
+    }
+    return d;
+  } catch (const error& e) {
+    // An end signature inside the bytes of an interrupted append, not the archive's.
+    if (exact || e.code() != errc::corrupt_zip) throw;
+    if (auto d = interrupted_append(data, size, classic->offset, path)) return std::move(*d);
+    throw;
+  }
 }
 
 }  // namespace mmnpz::zip

@@ -29,6 +29,16 @@ struct directory {
 /// Reads the end record (searched backwards past a comment), the zip64 locator and end record
 /// when present, and every central-directory entry with its zip64 extra. Checks every offset
 /// and size against the file, and that members neither overlap nor run into the directory.
+///
+/// A file that an append was interrupted in (new members after the end record, and no new
+/// end record) opens as the archive was before the append: when the end record at the end is
+/// missing or does not parse, the last intact end record followed by the start of a local
+/// header is used (then archive_end < size). When nothing opens and the file holds a local
+/// header, the error says that `mmnpz recover` may restore the members.
 directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path);
+
+/// Whether the `avail` bytes at `p` begin a local header (or, fewer than four, the start of
+/// its signature): what follows an archive whose append was interrupted.
+bool starts_appended_member(const std::byte* p, std::uint64_t avail);
 
 }  // namespace mmnpz::zip

@@ -350,7 +350,8 @@ const std::vector<bad_fixture>& bad_fixtures() {
        },
        step::open, "", errc::corrupt_zip,
        "truncated_in_central_directory.npz: not a ZIP archive: no end of central directory record "
-       "in the last 428 bytes"},
+       "in the last 428 bytes"
+       "; running `mmnpz recover` on it may restore its members"},
       {"truncated_in_member_data",
        [] {
          auto z = base_zip();
@@ -358,7 +359,8 @@ const std::vector<bad_fixture>& bad_fixtures() {
        },
        step::open, "", errc::corrupt_zip,
        "truncated_in_member_data.npz: not a ZIP archive: no end of central directory record in "
-       "the last 220 bytes"},
+       "the last 220 bytes"
+       "; running `mmnpz recover` on it may restore its members"},
 
       // ---- end record
       {"cd_offset_past_end_of_file",

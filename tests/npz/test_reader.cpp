@@ -492,3 +492,80 @@ TEST_SUITE("reader: streaming") {
           error_of([&] { (void)r.array_header("notes.txt"); }));
   }
 }
+
+TEST_SUITE("reader: interrupted appends") {
+  // The archive of make_archive() with members appended: "big" (more than the 64 KiB in which
+  // the end record is searched) and "inner.zip", the bytes of a whole archive (whose end record
+  // is not the outer one's).
+  std::string appended(const std::string& name, std::uint64_t& old_size) {
+    const std::string path = make_archive(name, 3);
+    old_size = test::read_file(path).size();
+    const std::string inner = test::read_file(make_archive("inner_" + name, 2));
+    mmnpz::writer w(path, {mmnpz::open_mode::append});
+    std::vector<std::int64_t> big(40000);
+    for (std::size_t k = 0; k < big.size(); ++k) big[k] = static_cast<std::int64_t>(k);
+    w.write("big", big.data(), {big.size()});
+    w.write_bytes("inner.zip", inner.data(), inner.size());
+    w.close();
+    return path;
+  }
+
+  TEST_CASE("a cut append opens as the archive was before it, and says so") {
+    std::uint64_t old_size = 0;
+    const std::string path = appended("cut_append.npz", old_size);
+    const std::string whole = test::read_file(path);
+    {
+      const mmnpz::reader r(path);
+      CHECK(!r.was_interrupted());
+      CHECK(r.bytes_after_archive() == 0);
+      CHECK(r.size() == 5);
+    }
+    const std::uint64_t inner_end = whole.rfind("PK\x05\x06", whole.size() - 23) + 22;
+    for (const std::uint64_t cut :
+         {old_size + 1, old_size + 3, old_size + 4, old_size + 100, old_size + 70000, inner_end,
+          inner_end + 5, std::uint64_t(whole.size() - 1)}) {
+      CAPTURE(cut);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << whole.substr(0, cut);
+      std::string told;
+      std::uint64_t told_bytes = 0;
+      mmnpz::reader_options opt;
+      opt.on_interrupted_append = [&](const std::string& p, std::uint64_t n) {
+        told = p;
+        told_bytes = n;
+      };
+      const mmnpz::reader r(path, opt);
+      CHECK(r.names() == std::vector<std::string>{"a0", "a1", "a2"});
+      CHECK(r.verify().ok());
+      CHECK(r.was_interrupted());
+      CHECK(r.bytes_after_archive() == cut - old_size);
+      CHECK(told == path);
+      CHECK(told_bytes == cut - old_size);
+      CHECK(r.array("a2").data_as<std::int32_t>()[2] == 4);
+    }
+  }
+
+  TEST_CASE("trailing bytes that are no member are not an interrupted append") {
+    const std::string path = make_archive("trailing.npz", 2);
+    std::ofstream(path, std::ios::binary | std::ios::app) << "garbage";
+    bool told = false;
+    mmnpz::reader_options opt;
+    opt.on_interrupted_append = [&](const std::string&, std::uint64_t) { told = true; };
+    const mmnpz::reader r(path, opt);
+    CHECK(r.bytes_after_archive() == 7);
+    CHECK(!r.was_interrupted());
+    CHECK(!told);
+  }
+
+  TEST_CASE("a file cut before its first end record says that recover may restore it") {
+    const std::string path = make_archive("cut_first.npz", 3);
+    const std::string whole = test::read_file(path);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << whole.substr(0, whole.size() - 30);
+    CHECK_THROWS_WITH_AS(
+        mmnpz::reader{path},
+        (path + ": not a ZIP archive: no end of central directory record in the last " +
+         std::to_string(whole.size() - 30) +
+         " bytes; running `mmnpz recover` on it may restore its members")
+            .c_str(),
+        mmnpz::error);
+  }
+}

@@ -249,3 +249,86 @@ TEST_SUITE("recover") {
                          mmnpz::error);
   }
 }
+
+TEST_SUITE("recover") {
+  TEST_CASE(
+      "an append cut at any length opens with the old members, and recover restores every "
+      "member whose bytes were complete") {
+    const std::string base = test::scratch("cut_base.npz");
+    {
+      mmnpz::writer w(base);
+      const double x[] = {1.5, 2.5};
+      w.write("old0", x, {2});
+      w.write("old1", x, {1});
+    }
+    const std::string base_bytes = test::read_file(base);
+    const std::uint64_t old_size = base_bytes.size();
+    {
+      mmnpz::writer w(base, {mmnpz::open_mode::append});
+      for (std::uint32_t i = 0; i < 12; ++i) {
+        const auto v = contents(i * 5);
+        w.write("m" + std::to_string(i), v.data(), {v.size()});
+      }
+    }
+    const std::string whole = test::read_file(base);
+    std::vector<std::uint64_t> ends;  // where each new member's data ends
+    {
+      const mmnpz::reader r(base);
+      for (std::uint32_t i = 0; i < 12; ++i) {
+        const auto v = r["m" + std::to_string(i)];
+        ends.push_back(v.file_offset() + v.nbytes());
+      }
+    }
+    std::mt19937_64 rng(2026);
+    const std::string path = test::scratch("cut_append.npz");
+    for (int round = 0; round < 60; ++round) {
+      const std::uint64_t cut = old_size + rng() % (whole.size() - old_size);
+      CAPTURE(cut);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << whole.substr(0, cut);
+      {
+        const mmnpz::reader r(path);
+        CHECK(r.names() == std::vector<std::string>{"old0", "old1"});
+        CHECK(r.verify().ok());
+        CHECK(r.was_interrupted() == (cut > old_size));
+      }
+      const auto complete = static_cast<std::size_t>(
+          std::count_if(ends.begin(), ends.end(), [cut](std::uint64_t e) { return e <= cut; }));
+      const mmnpz::recover_result res = mmnpz::recover(path);
+      CHECK(res.members_recovered == 2 + complete);
+      const mmnpz::reader r(path);
+      CHECK(!r.was_interrupted());
+      REQUIRE(r.size() == 2 + complete);
+      CHECK(r.verify().ok());
+      for (std::size_t i = 0; i < complete; ++i) {
+        const auto want = contents(static_cast<std::uint32_t>(i * 5));
+        const auto got = r["m" + std::to_string(i)];
+        REQUIRE(got.nbytes() == want.size());
+        CHECK(std::equal(want.begin(), want.end(), got.data_as<std::uint8_t>()));
+      }
+      CHECK(test::read_file(path).compare(0, old_size, base_bytes) == 0);
+    }
+  }
+
+  TEST_CASE("removes the temporary files that dead replacing writers left") {
+    const std::string path = test::scratch("stale.npz");
+    {
+      mmnpz::writer w(path);
+      const double x = 1;
+      w.write("x", &x, {});
+    }
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) ::_exit(0);
+    ::waitpid(pid, nullptr, 0);  // a process id that is gone
+    const std::string stale =
+        std::string(MMNPZ_TEST_TMP) + "/.stale.npz.mmnpz-tmp-" + std::to_string(pid) + "-3";
+    const std::string live =
+        std::string(MMNPZ_TEST_TMP) + "/.stale.npz.mmnpz-tmp-" + std::to_string(::getppid()) + "-1";
+    std::ofstream(stale) << "partial";
+    std::ofstream(live) << "partial";
+    CHECK(mmnpz::recover(path).directory_was_intact);
+    CHECK(::access(stale.c_str(), F_OK) != 0);
+    CHECK(::access(live.c_str(), F_OK) == 0);  // its process is alive
+    std::remove(live.c_str());
+  }
+}

@@ -1,10 +1,19 @@
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 
+#include <algorithm>
+#include <atomic>
 #include <complex>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <numeric>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "mmnpz/mmnpz.hpp"
@@ -401,5 +410,402 @@ TEST_SUITE("writer") {
                          (path + ": member 'e.npy': the array's size overflows").c_str(),
                          mmnpz::error);
     w.write<std::int32_t>("fine", nullptr, {0, 1ull << 20});
+  }
+}
+
+// ---- Writers never break readers (issue 12) -------------------------------------------------
+
+namespace {
+
+std::vector<double> ramp(std::size_t n, double start) {
+  std::vector<double> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// An archive of "a" (200,000 doubles from `start`) and "b" (3 doubles from -start).
+void write_ramps(const std::string& path, mmnpz::open_mode mode, double start) {
+  mmnpz::writer w(path, {mode});
+  const auto a = ramp(200000, start);
+  const auto b = ramp(3, -start);
+  w.write("a", a.data(), {a.size()});
+  w.write("b", b.data(), {b.size()});
+  w.close();
+}
+
+bool holds(const mmnpz::array_view& v, const std::vector<double>& want) {
+  return v.nbytes() == want.size() * sizeof(double) &&
+         std::equal(want.begin(), want.end(), v.data_as<double>());
+}
+
+// Names in the scratch folder that start with `prefix`.
+std::vector<std::string> scratch_entries(const std::string& prefix) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(MMNPZ_TEST_TMP)) {
+    while (const dirent* e = ::readdir(d)) {
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Runs `child` in a forked process and returns its exit status (-1 when killed).
+template <class F>
+int in_child(F child) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int rc = 99;
+    try {
+      rc = child();
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_SUITE("writers never break readers") {
+  TEST_CASE("truncate replaces by rename: views held in this process keep the old values") {
+    const std::string path = test::scratch("replace_views.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    const mmnpz::reader old(path);
+    const mmnpz::array_view a = old["a"];
+    write_ramps(path, mmnpz::open_mode::truncate, 1e6);
+    CHECK(holds(a, ramp(200000, 0)));
+    CHECK(holds(old["b"], ramp(3, 0)));  // first access after the replace
+    const mmnpz::reader now(path);
+    CHECK(holds(now["a"], ramp(200000, 1e6)));
+    CHECK(holds(now["b"], ramp(3, -1e6)));
+    CHECK(scratch_entries(".replace_views.npz.").empty());
+  }
+
+  TEST_CASE("truncate replaces by rename: a view held in another process keeps the old values") {
+    const std::string path = test::scratch("replace_child.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    int ready[2], go[2];
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(go) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        const mmnpz::reader r(path);
+        const mmnpz::array_view a = r["a"];
+        char c = 'r';
+        if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(2);
+        rc = holds(a, ramp(200000, 0)) && holds(r["b"], ramp(3, 0)) ? 0 : 1;
+      } catch (...) {
+        rc = 3;
+      }
+      ::_exit(rc);
+    }
+    char c = 0;
+    REQUIRE(::read(ready[0], &c, 1) == 1);
+    write_ramps(path, mmnpz::open_mode::truncate, 1e6);
+    REQUIRE(::write(go[1], &c, 1) == 1);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  }
+
+  TEST_CASE("a writer killed while replacing leaves the old archive byte for byte") {
+    const std::string path = test::scratch("replace_killed.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    const std::string before = test::read_file(path);
+    std::mt19937 rng(12);
+    std::vector<std::string> left;  // the temporary files of the dead writers
+    for (int round = 0; round < 8; ++round) {
+      int fds[2];
+      REQUIRE(::pipe(fds) == 0);
+      const pid_t pid = ::fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+        const auto v = ramp(50000, 7);
+        for (int i = 0;; ++i) {
+          w.write("m" + std::to_string(i), v.data(), {v.size()});
+          if (i == 0 && ::write(fds[1], &i, 1) != 1) ::_exit(2);
+        }
+      }
+      char c = 0;
+      REQUIRE(::read(fds[0], &c, 1) == 1);
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      CHECK(test::read_file(path) == before);
+      CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"a", "b"});
+      // One temporary file per dead writer, named after its process.
+      left.push_back(".replace_killed.npz.mmnpz-tmp-" + std::to_string(pid) + "-");
+      const auto found = scratch_entries(".replace_killed.npz.");
+      REQUIRE(found.size() == left.size());
+      CHECK(std::count_if(found.begin(), found.end(), [&](const std::string& name) {
+              return name.rfind(left.back(), 0) == 0;
+            }) == 1);
+    }
+    // The next successful write removes what the dead writers left.
+    write_ramps(path, mmnpz::open_mode::truncate, 5);
+    CHECK(scratch_entries(".replace_killed.npz.").empty());
+    CHECK(holds(mmnpz::reader(path)["a"], ramp(200000, 5)));
+  }
+
+  TEST_CASE("replacing keeps the file's permissions and replaces a symbolic link's target") {
+    const std::string path = test::scratch("replace_mode.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    REQUIRE(::chmod(path.c_str(), 0640) == 0);
+    const std::string link = test::scratch("replace_link.npz");
+    REQUIRE(::symlink(path.c_str(), link.c_str()) == 0);
+    write_ramps(link, mmnpz::open_mode::truncate, 3);
+    struct stat st {};
+    REQUIRE(::lstat(link.c_str(), &st) == 0);
+    CHECK(S_ISLNK(st.st_mode));
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0640);
+    CHECK(holds(mmnpz::reader(path)["a"], ramp(200000, 3)));
+  }
+
+  TEST_CASE("a path holding NUL is refused before any file is touched") {
+    const std::string path = test::scratch("nul.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    const std::string before = test::read_file(path);
+    const std::string bad = path + std::string("\0.bak", 5);
+    const std::string said = path + "\\0.bak: embedded null byte";
+    for (auto mode :
+         {mmnpz::open_mode::create, mmnpz::open_mode::truncate, mmnpz::open_mode::append}) {
+      CHECK_THROWS_WITH_AS(mmnpz::writer(bad, {mode}), said.c_str(), mmnpz::error);
+    }
+    CHECK_THROWS_WITH_AS(mmnpz::reader{bad}, said.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(mmnpz::recover(bad), said.c_str(), mmnpz::error);
+    try {
+      mmnpz::reader{bad};
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::invalid_argument);
+    }
+    CHECK(test::read_file(path) == before);
+  }
+
+  TEST_CASE("a second writer of one file is refused, naming the process that holds it") {
+    const std::string path = test::scratch("two_writers.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    const std::string here = path +
+                             ": another writer (in this process) has the archive open; "
+                             "two writers would lose members, so wait until it is closed";
+    {
+      mmnpz::writer first(path, {mmnpz::open_mode::append});
+      const double x = 1;
+      first.write("c", &x, {});
+      for (auto mode : {mmnpz::open_mode::append, mmnpz::open_mode::truncate}) {
+        CHECK_THROWS_WITH_AS(mmnpz::writer(path, {mode}), here.c_str(), mmnpz::error);
+      }
+      CHECK_THROWS_WITH_AS(mmnpz::recover(path), here.c_str(), mmnpz::error);
+      const mmnpz::reader r(path);  // readers take no lock, and closing them drops none
+      CHECK(r.size() == 2);
+      CHECK_THROWS_WITH_AS(mmnpz::writer(path, {mmnpz::open_mode::append}), here.c_str(),
+                           mmnpz::error);
+    }
+    CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"a", "b", "c"});
+
+    int ready[2], go[2];
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(go) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      mmnpz::writer w(path, {mmnpz::open_mode::append});
+      char c = 'r';
+      if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(2);
+      const double x = 2;
+      w.write("d", &x, {});
+      w.close();
+      ::_exit(0);
+    }
+    char c = 0;
+    REQUIRE(::read(ready[0], &c, 1) == 1);
+    const std::string there = path + ": another writer (process " + std::to_string(pid) +
+                              ") has the archive open; two writers would lose members, so wait "
+                              "until it is closed";
+    CHECK_THROWS_WITH_AS(mmnpz::writer(path, {mmnpz::open_mode::append}), there.c_str(),
+                         mmnpz::error);
+    REQUIRE(::write(go[1], &c, 1) == 1);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+    CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"a", "b", "c", "d"});
+  }
+
+  TEST_CASE("one writer shared by threads commits every member, and close() waits for them") {
+    const std::string path = test::scratch("shared_writer.npz");
+    mmnpz::writer w(path);
+    constexpr int threads = 6, each = 50;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&w, t] {
+        for (int i = 0; i < each; ++i) {
+          const auto v = ramp(1000 + 37 * i, t * 1000.0 + i);
+          if (i % 3 == 0) {
+            auto s = w.begin("t" + std::to_string(t) + "_" + std::to_string(i),
+                             mmnpz::dtype::of<double>(), {v.size()});
+            s.write(v.data(), v.size() * sizeof(double));
+            s.commit();
+          } else {
+            w.write("t" + std::to_string(t) + "_" + std::to_string(i), v.data(), {v.size()});
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    w.close();
+    const mmnpz::reader r(path);
+    CHECK(r.size() == threads * each);
+    CHECK(r.verify().ok());
+    for (int t = 0; t < threads; ++t) {
+      for (int i = 0; i < each; ++i) {
+        CHECK(holds(r["t" + std::to_string(t) + "_" + std::to_string(i)],
+                    ramp(1000 + 37 * i, t * 1000.0 + i)));
+      }
+    }
+  }
+
+  TEST_CASE("close() racing writes on other threads leaves every member whose write returned") {
+    const std::string path = test::scratch("close_race.npz");
+    mmnpz::writer w(path);
+    std::atomic<int> written{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 3; ++t) {
+      pool.emplace_back([&w, &written, t] {
+        const auto v = ramp(20000, t);
+        for (int i = 0;; ++i) {
+          try {
+            w.write("t" + std::to_string(t) + "_" + std::to_string(i), v.data(), {v.size()});
+          } catch (const mmnpz::error& e) {
+            CHECK(std::string(e.what()) == w.path() + ": writer is closed");
+            return;
+          }
+          ++written;
+        }
+      });
+    }
+    while (written < 30) std::this_thread::yield();
+    w.close();
+    for (auto& th : pool) th.join();
+    const mmnpz::reader r(path);
+    CHECK(r.size() == static_cast<std::size_t>(written.load()));
+    CHECK(r.bytes_after_archive() == 0);
+    CHECK(r.verify().ok());
+  }
+
+  TEST_CASE("after a failed write (EFBIG), close() leaves an archive with every committed member") {
+    for (auto mode : {mmnpz::open_mode::append, mmnpz::open_mode::truncate}) {
+      const std::string path = test::scratch("efbig.npz");
+      write_ramps(path, mmnpz::open_mode::create, 0);
+      const std::uint64_t size = file_size(path);
+      const int rc = in_child([&] {
+        ::signal(SIGXFSZ, SIG_IGN);  // write(2) then fails with EFBIG
+        const rlim_t limit = size + 100000;
+        const rlimit lim{limit, limit};
+        if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
+        mmnpz::writer w(path, {mode});
+        const auto small = ramp(10, 42);
+        w.write("small", small.data(), {small.size()});
+        const auto big = ramp(300000, 1);  // more than the limit in both modes
+        try {
+          w.write("big", big.data(), {big.size()});
+          return 11;
+        } catch (const mmnpz::error& e) {
+          if (e.code() != mmnpz::errc::io || e.sys_errno() != EFBIG) return 12;
+        }
+        w.close();
+        return 0;
+      });
+      CHECK(rc == 0);
+      const mmnpz::reader r(path);
+      CHECK(!r.was_interrupted());
+      CHECK(r.bytes_after_archive() == 0);
+      CHECK(r.names() == (mode == mmnpz::open_mode::append
+                              ? std::vector<std::string>{"a", "b", "small"}
+                              : std::vector<std::string>{"small"}));
+      CHECK(holds(r["small"], ramp(10, 42)));
+      CHECK(r.verify().ok());
+    }
+  }
+
+  TEST_CASE("when close() cannot write the directory, it says what the file holds") {
+    for (auto mode : {mmnpz::open_mode::append, mmnpz::open_mode::truncate}) {
+      CAPTURE(static_cast<int>(mode));
+      const std::string path = test::scratch("efbig_close.npz");
+      write_ramps(path, mmnpz::open_mode::create, 0);
+      const std::string before = test::read_file(path);
+      const auto small = ramp(10, 42);
+      const auto big = ramp(1000, 1);
+      std::uint64_t cd_at = 0;  // where the directory starts: the members fit, it does not
+      {
+        const std::string dry = test::scratch("efbig_dry.npz");
+        std::ofstream(dry, std::ios::binary) << before;
+        mmnpz::writer w(dry, {mode});
+        w.write("small", small.data(), {small.size()});
+        w.write("big", big.data(), {big.size()});
+        w.close();
+        const auto v = mmnpz::reader(dry)["big"];
+        cd_at = v.file_offset() + v.nbytes();
+      }
+      int fds[2];
+      REQUIRE(::pipe(fds) == 0);
+      const int rc = in_child([&] {
+        ::signal(SIGXFSZ, SIG_IGN);
+        const rlimit lim{cd_at, cd_at};
+        if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
+        mmnpz::writer w(path, {mode});
+        w.write("small", small.data(), {small.size()});
+        w.write("big", big.data(), {big.size()});
+        try {
+          w.close();
+          return 11;
+        } catch (const mmnpz::error& e) {
+          const std::string what = e.what();
+          if (::write(fds[1], what.data(), what.size()) != static_cast<ssize_t>(what.size())) {
+            return 13;
+          }
+          return e.code() == mmnpz::errc::io && e.sys_errno() == EFBIG ? 0 : 12;
+        }
+      });
+      ::close(fds[1]);
+      std::string said(4096, '\0');
+      said.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(fds[0], &said[0], 4096))));
+      ::close(fds[0]);
+      CHECK(rc == 0);
+      if (mode == mmnpz::open_mode::truncate) {
+        CHECK(said == "cannot write the new archive (the old one is kept unchanged) over '" + path +
+                          "': File too large");
+        CHECK(test::read_file(path) == before);
+        CHECK(scratch_entries(".efbig_close.npz.").empty());
+        continue;
+      }
+      CHECK(said ==
+            "cannot write the directory of 2 members appended (the archive opens as it "
+            "was, with 2 members; `mmnpz recover " +
+                path +
+                "` restores the appended "
+                "ones) to '" +
+                path + "': File too large");
+      CHECK(file_size(path) == cd_at);
+      const mmnpz::reader r(path);
+      CHECK(r.was_interrupted());
+      CHECK(r.names() == std::vector<std::string>{"a", "b"});
+      CHECK(mmnpz::recover(path).names ==
+            std::vector<std::string>{"a.npy", "b.npy", "small.npy", "big.npy"});
+      CHECK(holds(mmnpz::reader(path)["big"], big));
+    }
   }
 }

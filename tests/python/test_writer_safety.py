@@ -1,0 +1,345 @@
+"""Writers never break readers (issue 12): atomic replace, interrupted appends, NUL in paths,
+one writer per file, shared writers, failed writes."""
+
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import mmnpz
+
+
+def _old_and_new():
+    old = {"a": np.arange(100_000, dtype=np.float64), "b": np.arange(12, dtype=np.int32).reshape(3, 4)}
+    new = {"a": -np.arange(100_000, dtype=np.float64), "c": np.ones(5, np.uint8)}
+    return old, new
+
+
+def _child(code, *args):
+    """Starts a Python child running `code` with the package importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, text=True)
+
+
+# ---- 1. mode "w" replaces atomically -------------------------------------------------------
+
+def test_replace_keeps_views_of_the_old_archive_in_this_process(tmp_path):
+    path = tmp_path / "r.npz"
+    old, new = _old_and_new()
+    mmnpz.savez(path, **old)
+    r = mmnpz.load(path)
+    a, b = r["a"], r["b"]
+    mmnpz.savez(path, **new)
+    np.testing.assert_array_equal(a, old["a"])  # the old mapping, not SIGBUS
+    np.testing.assert_array_equal(b, old["b"])
+    np.testing.assert_array_equal(r["b"], old["b"])  # first access after the replace
+    with mmnpz.load(path) as fresh:
+        assert sorted(fresh.files) == ["a", "c"]
+        np.testing.assert_array_equal(fresh["a"], new["a"])
+
+
+def test_replace_keeps_views_of_the_old_archive_in_another_process(tmp_path):
+    path = tmp_path / "r.npz"
+    old, new = _old_and_new()
+    mmnpz.savez(path, **old)
+    child = _child("""
+        import sys, numpy as np, mmnpz
+        r = mmnpz.load(sys.argv[1])
+        a = r["a"]
+        print("ready", flush=True)
+        sys.stdin.readline()  # the parent replaced the file
+        ok = np.array_equal(a, np.arange(100_000, dtype=np.float64))
+        ok = ok and np.array_equal(r["b"], np.arange(12, dtype=np.int32).reshape(3, 4))
+        print("old" if ok else "changed", flush=True)
+    """, path)
+    assert child.stdout.readline().strip() == "ready"
+    mmnpz.savez(path, **new)
+    out, err = child.communicate("replaced\n", timeout=60)
+    assert child.returncode == 0, err
+    assert out.strip() == "old"
+
+
+def test_savez_of_a_loaded_archive_over_itself_gives_the_same_arrays(tmp_path):
+    path = tmp_path / "same.npz"
+    arrays = {"x": np.arange(300_000, dtype=np.int64), "y": np.linspace(0, 1, 77),
+              "z": np.arange(24, dtype=np.float32).reshape(2, 3, 4, order="F")}
+    np.savez(path, **arrays)
+    mmnpz.savez(path, **dict(mmnpz.load(path)))
+    with np.load(path) as f:
+        assert sorted(f.files) == sorted(arrays)
+        for k, v in arrays.items():
+            np.testing.assert_array_equal(f[k], v)
+    mmnpz.savez(path, **dict(mmnpz.load(path)))  # and again, from mmnpz's own file
+    with np.load(path) as f:
+        for k, v in arrays.items():
+            np.testing.assert_array_equal(f[k], v)
+
+
+def test_replace_keeps_the_file_mode(tmp_path):
+    path = tmp_path / "m.npz"
+    mmnpz.savez(path, x=np.arange(3))
+    os.chmod(path, 0o640)
+    mmnpz.savez(path, x=np.arange(4))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    np.testing.assert_array_equal(mmnpz.load(path)["x"], np.arange(4))
+
+
+def test_a_killed_replacing_writer_leaves_the_old_archive_byte_identical(tmp_path):
+    path = tmp_path / "k.npz"
+    old, _ = _old_and_new()
+    mmnpz.savez(path, **old)
+    before = path.read_bytes()
+    child = _child("""
+        import sys, numpy as np, mmnpz
+        w = mmnpz.NpzWriter(sys.argv[1], "w")
+        w.write("first", np.zeros(1 << 20))
+        print("written", flush=True)
+        sys.stdin.readline()
+    """, path)
+    assert child.stdout.readline().strip() == "written"
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    assert path.read_bytes() == before
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".k.npz.mmnpz-tmp-")]
+    assert leftovers == [f".k.npz.mmnpz-tmp-{child.pid}-1"]
+    mmnpz.savez(path, x=np.arange(3))  # the next successful write removes them
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.npz"]
+
+
+def test_durable_writes_read_back(tmp_path):
+    path = tmp_path / "d.npz"
+    for mode in ("x", "w", "a"):
+        with mmnpz.NpzWriter(path, mode, durable=True) as w:
+            w.write("m" + mode, np.arange(5))
+    assert mmnpz.load(path).files == ["mw", "ma"]
+
+
+# ---- 2. interrupted appends read as they are ----------------------------------------------
+
+def test_an_interrupted_append_opens_as_before_with_a_warning(tmp_path):
+    path = tmp_path / "i.npz"
+    mmnpz.savez(path, old=np.arange(10))
+    old_size = path.stat().st_size
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("new", np.arange(100_000))  # more than the 64 KiB end record window
+    whole = path.read_bytes()
+    cut = old_size + 50_000
+    path.write_bytes(whole[:cut])
+    with pytest.warns(mmnpz.InterruptedAppendWarning) as caught:
+        r = mmnpz.load(path)
+    assert str(caught[0].message) == (
+        f"{path}: an interrupted append left {cut - old_size} bytes after the archive's end "
+        "record; opened the archive as it was before the append. "
+        f"`mmnpz recover {path}` restores the appended members.")
+    assert r.files == ["old"]
+    np.testing.assert_array_equal(r["old"], np.arange(10))
+    with pytest.raises(mmnpz.FormatError, match="an earlier append was interrupted here"):
+        mmnpz.NpzWriter(path, "a")
+    path.write_bytes(whole[:len(whole) - 10])  # cut in the new directory: every member intact
+    with pytest.warns(mmnpz.InterruptedAppendWarning):
+        assert mmnpz.load(path).files == ["old"]
+    assert mmnpz.recover(path)["names"] == ["old.npy", "new.npy"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = mmnpz.load(path)
+    np.testing.assert_array_equal(r["new"], np.arange(100_000))
+
+
+def test_a_killed_first_write_names_recover(tmp_path):
+    path = tmp_path / "f.npz"
+    mmnpz.savez(path, x=np.arange(100_000))
+    path.write_bytes(path.read_bytes()[:-30])
+    with pytest.raises(mmnpz.FormatError, match=r"; running `mmnpz recover` on it may restore its "
+                                                r"members$"):
+        mmnpz.load(path)
+
+
+# ---- 3. NUL in paths -----------------------------------------------------------------------
+
+def test_nul_in_a_path_is_refused_everywhere(tmp_path):
+    path = tmp_path / "n.npz"
+    mmnpz.savez(path, x=np.arange(3))
+    before = path.read_bytes()
+    for call in (lambda: mmnpz.load(f"{path}\0x"),
+                 lambda: mmnpz.NpzWriter(f"{path}\0.bak", "w"),
+                 lambda: mmnpz.NpzWriter(f"{path}\0.bak", "a"),
+                 lambda: mmnpz.recover(f"{path}\0x")):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call()
+    assert path.read_bytes() == before
+
+
+# ---- 4. one writer per file, writers shared by threads -------------------------------------
+
+def test_a_second_writer_of_one_file_is_refused(tmp_path):
+    path = tmp_path / "two.npz"
+    mmnpz.savez(path, x=np.arange(3))
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("y", np.arange(4))
+        for mode in ("a", "w"):
+            with pytest.raises(ValueError, match=r"another writer \(in this process\) has the "
+                                                 r"archive open"):
+                mmnpz.NpzWriter(path, mode)
+        with pytest.raises(ValueError, match="another writer"):
+            mmnpz.recover(path)
+    child = _child("""
+        import sys, numpy as np, mmnpz
+        w = mmnpz.NpzWriter(sys.argv[1], "a")
+        print("open", flush=True)
+        sys.stdin.readline()
+        w.write("z", np.arange(5))
+        w.close()
+    """, path)
+    assert child.stdout.readline().strip() == "open"
+    with pytest.raises(ValueError, match=fr"another writer \(process {child.pid}\) has the archive "
+                                         "open"):
+        mmnpz.NpzWriter(path, "a")
+    child.communicate("go\n", timeout=60)
+    assert child.returncode == 0
+    assert mmnpz.load(path).files == ["x", "y", "z"]
+
+
+def test_one_writer_shared_by_threads_loses_nothing(tmp_path):
+    path = tmp_path / "threads.npz"
+    w = mmnpz.NpzWriter(path, "x")
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(40):
+                a = np.full((50, 30), t * 1000 + i, dtype=np.int32)
+                w.write(f"t{t}_{i}", a if i % 2 else a.T[:, ::1].T[::1, ::2])
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.close()
+    assert errors == []
+    with np.load(path) as f:
+        assert len(f.files) == 240
+        for t in range(6):
+            for i in range(40):
+                a = f[f"t{t}_{i}"]
+                assert a.shape == ((50, 30) if i % 2 else (50, 15))
+                assert (a == t * 1000 + i).all()
+
+
+def test_another_threads_write_waits_for_an_open_stream(tmp_path):
+    path = tmp_path / "stream.npz"
+    w = mmnpz.NpzWriter(path, "x")
+    stream = w.begin("s", np.int64, (1000,))
+    stream.write(np.arange(500))
+    done = []
+    other = threading.Thread(target=lambda: (w.write("t", np.ones(3)), done.append(True)))
+    other.start()
+    other.join(timeout=0.2)  # it waits for the stream (a deadlock would hang the test)
+    stream.write(np.arange(500, 1000))
+    stream.commit()
+    other.join()
+    assert done == [True]
+    w.close()
+    with np.load(path) as f:
+        assert f.files == ["s", "t"]
+        np.testing.assert_array_equal(f["s"], np.arange(1000))
+
+
+# ---- 5. failed writes ----------------------------------------------------------------------
+
+_EFBIG_CHILD = """
+    import resource, signal, sys, numpy as np, mmnpz
+    path, mode, limit, big = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    w = mmnpz.NpzWriter(path, mode)
+    w.write("small", np.arange(10))
+    try:
+        w.write("big", np.zeros(big, np.uint8))
+        print("big written")
+    except OSError as e:
+        print("write failed", e.errno)
+    try:
+        w.close()
+        print("closed")
+    except OSError as e:
+        print("close failed", e)
+"""
+
+
+def test_a_failed_append_write_leaves_an_archive_with_every_committed_member(tmp_path):
+    path = tmp_path / "full.npz"
+    mmnpz.savez(path, old=np.arange(7))
+    size = path.stat().st_size
+    child = _child(_EFBIG_CHILD, path, "a", size + 100_000, 1_000_000)
+    out, err = child.communicate(timeout=60)
+    assert out.splitlines() == ["write failed 27", "closed"], err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = mmnpz.load(path)
+    assert r.files == ["old", "small"]
+    assert r.verify() == {}
+
+
+def test_a_failed_replace_leaves_the_old_archive(tmp_path):
+    path = tmp_path / "full.npz"
+    mmnpz.savez(path, old=np.arange(7))
+    before = path.read_bytes()
+    child = _child(_EFBIG_CHILD, path, "w", 100_000, 1_000_000)
+    out, err = child.communicate(timeout=60)
+    assert out.splitlines() == ["write failed 27", "closed"], err
+    # close() succeeded: the new archive holds what was committed.
+    assert mmnpz.load(path).files == ["small"]
+    path.write_bytes(before)
+    limit = _members_end(tmp_path / "dry.npz", "x", None)
+    child = _child(_EFBIG_CHILD, path, "w", limit, 10)  # the members fit, the directory not
+    out, err = child.communicate(timeout=60)
+    assert out.splitlines() == [
+        "big written", f"close failed [Errno 27] cannot write the new archive (the old one is "
+        f"kept unchanged) over '{path}': File too large"], err
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full.npz"]
+
+
+def _members_end(dry, mode, base):
+    """Where the central directory starts once _EFBIG_CHILD wrote its members (big = 10)."""
+    if base is not None:
+        dry.write_bytes(base.read_bytes())
+    with mmnpz.NpzWriter(dry, mode) as w:
+        w.write("small", np.arange(10))
+        w.write("big", np.zeros(10, np.uint8))
+    info = mmnpz.load(dry).info("big")
+    end = info.offset + info.nbytes
+    dry.unlink()
+    return end
+
+
+def test_a_failed_append_close_keeps_the_old_archive_and_recover_restores_the_rest(tmp_path):
+    path = tmp_path / "full.npz"
+    mmnpz.savez(path, old=np.arange(7))
+    limit = _members_end(tmp_path / "dry.npz", "a", path)
+    child = _child(_EFBIG_CHILD, path, "a", limit, 10)
+    out, err = child.communicate(timeout=60)
+    assert out.splitlines() == [
+        "big written", "close failed [Errno 27] cannot write the directory of 2 members appended "
+        f"(the archive opens as it was, with 1 member; `mmnpz recover {path}` restores the "
+        f"appended ones) to '{path}': File too large"], err
+    with pytest.warns(mmnpz.InterruptedAppendWarning):
+        assert mmnpz.load(path).files == ["old"]
+    assert mmnpz.recover(path)["names"] == ["old.npy", "small.npy", "big.npy"]
+    r = mmnpz.load(path)
+    np.testing.assert_array_equal(r["small"], np.arange(10))
+    assert r.verify() == {}
