@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -350,7 +351,12 @@ int cmd_verify(const verify_options& a) {
         }
       };
       std::vector<std::thread> pool;
-      for (std::size_t t = 1; t < std::min(threads, todo.size()); ++t) pool.emplace_back(work);
+      try {
+        for (std::size_t t = 1; t < std::min(threads, todo.size()); ++t) pool.emplace_back(work);
+      } catch (const std::system_error&) {
+        // No more threads to be had (a process or address-space limit): those started and
+        // this one share the work.
+      }
       work();
       for (auto& t : pool) t.join();
       checked = todo.size();

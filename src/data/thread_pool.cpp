@@ -1,5 +1,7 @@
 #include "data/thread_pool.hpp"
 
+#include <system_error>
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -49,7 +51,15 @@ thread_pool& thread_pool::shared() {
 
 thread_pool::thread_pool(std::size_t workers) {
   workers_.reserve(workers);
-  for (std::size_t i = 0; i < workers; ++i) workers_.emplace_back([this] { work(); });
+  for (std::size_t i = 0; i < workers; ++i) {
+    try {
+      workers_.emplace_back([this] { work(); });
+    } catch (const std::system_error&) {
+      // The system would not give another thread (an address-space or process limit): the
+      // pool works with those it has, and with none, callers do every task themselves.
+      break;
+    }
+  }
 }
 
 thread_pool::~thread_pool() {

@@ -21,6 +21,8 @@ class thread_pool {
   /// created on first use and never destroyed before exit.
   static thread_pool& shared();
 
+  /// Starts up to `workers` threads: fewer when the system refuses more (workers() says how
+  /// many), never an error.
   explicit thread_pool(std::size_t workers);
   ~thread_pool();
   thread_pool(const thread_pool&) = delete;

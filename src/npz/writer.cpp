@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 
@@ -191,22 +192,29 @@ struct writer::impl {
     const auto* p = static_cast<const unsigned char*>(data);
     if (n >= parallel_crc) {
       // Checksumming is about as fast as write(2): doing both at once nearly halves the time.
+      // Without a second thread (a process or address-space limit), the pieces below do both.
       std::uint32_t crc = cur_crc;
-      std::thread checksum([&crc, p, n] { crc = detail::crc32(crc, p, n); });
+      std::thread checksum;
       try {
-        for (std::size_t done = 0; done < n; done += write_chunk) {
-          write_piece(p + done, std::min(write_chunk, n - done));
-          cur_data += std::min(write_chunk, n - done);
-        }
-      } catch (...) {
-        checksum.join();
-        abandon();
-        throw;
+        checksum = std::thread([&crc, p, n] { crc = detail::crc32(crc, p, n); });
+      } catch (const std::system_error&) {
       }
-      checksum.join();
-      cur_crc = crc;
-      cur_left -= n;
-      return;
+      if (checksum.joinable()) {
+        try {
+          for (std::size_t done = 0; done < n; done += write_chunk) {
+            write_piece(p + done, std::min(write_chunk, n - done));
+            cur_data += std::min(write_chunk, n - done);
+          }
+        } catch (...) {
+          checksum.join();
+          abandon();
+          throw;
+        }
+        checksum.join();
+        cur_crc = crc;
+        cur_left -= n;
+        return;
+      }
     }
     while (n > 0) {
       const std::size_t k = n < write_chunk ? n : write_chunk;

@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <complex>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -807,5 +810,51 @@ TEST_SUITE("writers never break readers") {
             std::vector<std::string>{"a.npy", "b.npy", "small.npy", "big.npy"});
       CHECK(holds(mmnpz::reader(path)["big"], big));
     }
+  }
+
+  TEST_CASE("a large array is written and checksummed when no second thread can be started") {
+    // Arrays from 8 MiB on are checksummed on a second thread while written; under an
+    // address-space limit that thread cannot start, and the writer must do both itself.
+    const std::string path = test::scratch("no_thread.npz");
+    const auto big = ramp(3'000'000, 7);  // 24 MB
+    const int rc = in_child([&] {
+      std::ifstream status("/proc/self/status");
+      std::uint64_t vm = 0;
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("VmSize:", 0) == 0) vm = std::stoull(line.substr(7)) * 1024;
+      }
+      const rlimit lim{vm + (4u << 20), vm + (4u << 20)};  // too little for a thread's stack
+      if (vm == 0 || ::setrlimit(RLIMIT_AS, &lim) != 0) return 10;
+      // Threads that wait take what the limit allows (also stacks glibc kept from threads that
+      // ended), until the system refuses one.
+      std::atomic<bool> release{false};
+      std::vector<std::thread> holders;
+      try {
+        while (holders.size() < 4096) {
+          holders.emplace_back([&release] {
+            while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          });
+        }
+      } catch (const std::system_error&) {
+      }
+      const auto finish = [&](int code) {
+        release = true;
+        for (auto& t : holders) t.join();
+        return code;
+      };
+      if (holders.size() == 4096) return finish(11);  // no limit: the test would prove nothing
+      try {
+        mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+        w.write("big", big.data(), {big.size()});
+        w.close();
+      } catch (...) {
+        return finish(12);
+      }
+      return finish(0);
+    });
+    REQUIRE(rc == 0);
+    const mmnpz::reader r(path);
+    CHECK(r.verify().ok());
+    CHECK(holds(r["big"], big));
   }
 }
