@@ -9,11 +9,11 @@ data is aligned in the file, readable by numpy and any ZIP tool.
 from . import _mmnpz
 from ._mmnpz import FormatError
 from ._npz import MemberInfo, NpzReader, NpzWriter, load, recover, savez
-from .data import Batch, Dataset, Loader, Sampler, gather_fields
+from .data import Batch, Dataset, Loader, Sampler, concat, gather_fields
 from .shards import ShardWriter
 
 __all__ = [
     "Batch", "Dataset", "FormatError", "Loader", "MemberInfo", "NpzReader", "NpzWriter", "Sampler",
-    "ShardWriter", "gather_fields", "load", "recover", "savez",
+    "ShardWriter", "concat", "gather_fields", "load", "recover", "savez",
 ]
 __version__ = _mmnpz.__version__
