@@ -790,7 +790,8 @@ class Loader:
         for key in ("seed", "kind", "batch_size", "rank", "world_size"):
             mine = self.state_dict()[key]
             if state.get(key, mine) != mine:
-                raise ValueError(f"the saved state has {key}={state[key]!r}, this loader "
+                raise ValueError(f"Loader.load_state_dict: the saved state has {key}="
+                                 f"{state[key]!r}, this loader "
                                  f"{mine!r}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 

@@ -220,6 +220,8 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
                                                           "'fill', 'wrap', not 'zero'",
         lambda: mmnpz.Loader(ds, sampler, 50): "Loader: an epoch of 21 samples for rank 0 has "
                                                "no full batch of 50",
+        lambda: mmnpz.Loader(ds, sampler, 2, pad="fill").load_state_dict({"seed": 1}):
+            "Loader.load_state_dict: the saved state has seed=1, this loader 0",
         lambda: mmnpz.Dataset(spec, order="zip"): "Dataset: order must be one of "
                                                   "'concatenate', 'interleave', not 'zip'",
         lambda: mmnpz.Dataset([]): "Dataset: no archives given",
@@ -365,3 +367,19 @@ def test_a_folder_is_every_npz_inside_it_and_sidecar_members_are_no_items(tmp_pa
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError):
         mmnpz.Dataset(tmp_path / "empty")
+
+
+def test_the_torch_batches_take_a_view_as_their_source(shards):
+    mmnpz_torch = pytest.importorskip("mmnpz.torch")
+    spec, arrays = shards
+    items = list(arrays.values())
+    ds = mmnpz.Dataset(spec)
+    picked = np.flatnonzero(ds.lengths >= 6)
+    view = ds[picked]
+    seen = []
+    for batch in mmnpz_torch.loader(view, length=6, batch_size=2, pad="none"):
+        for row, i, s in zip(batch["data"].numpy(), batch["indices"].tolist(),
+                             batch["starts"].tolist()):
+            assert np.array_equal(row, items[picked[i]][s:s + 6])
+            seen.append(i)
+    assert len(seen) == len(view) - len(view) % 2 and len(set(seen)) == len(seen)
