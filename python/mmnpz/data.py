@@ -262,7 +262,7 @@ class Dataset:
             index = self._base_index(self.index(key))
         elif isinstance(key, slice):
             return self._view(self._to_base(np.arange(len(self), dtype=np.int64)[key]))
-        elif isinstance(key, (list, tuple, np.ndarray)):
+        elif isinstance(key, (list, tuple)) or (isinstance(key, np.ndarray) and key.ndim):
             return self.subset(key)
         else:
             index = self._base_index(key)

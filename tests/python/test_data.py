@@ -15,15 +15,16 @@ from test_gil import progress_during
 RNG = np.random.default_rng(7)
 
 
-def write_shards(tmp_path, shards=3, per_shard=7, bins=5, dtype=np.float32, stem="train"):
+def write_shards(tmp_path, shards=3, per_shard=7, bins=5, dtype=np.float32, stem="train",
+                 rng=RNG):
     """numpy-written shards stem-0000i-of-0000N.npz of (frames, bins) members; returns the
     dict name -> array in global (concatenated) order."""
     arrays = {}
     for s in range(shards):
         members = {}
         for k in range(per_shard):
-            frames = int(RNG.integers(1, 60))
-            members[f"s{s}_clip{k}"] = RNG.standard_normal((frames, bins)).astype(dtype)
+            frames = int(rng.integers(1, 60))
+            members[f"s{s}_clip{k}"] = rng.standard_normal((frames, bins)).astype(dtype)
         np.savez(tmp_path / f"{stem}-{s:05d}-of-{shards:05d}.npz", **members)
         arrays.update(members)
     return arrays
@@ -457,12 +458,13 @@ def test_released_batches_are_recycled_without_counting_references(shards, monke
     monkeypatch.setattr(sys, "getrefcount", refuse)
     # Without prefetching, the batch being gathered and the one the caller holds are all
     # there is: two buffers take turns, each coming back once its batch is released.
-    addresses = [b.data.ctypes.data for b in mmnpz.Loader(ds, sampler, 4, prefetch=0)]
+    addresses = [b.data.ctypes.data for b in mmnpz.Loader(ds, sampler, 4, pad="wrap",
+                                                          prefetch=0)]
     assert len(addresses) == 100
     assert len(set(addresses)) == 2
     assert addresses[0::2] == [addresses[0]] * 50 and addresses[1::2] == [addresses[1]] * 50
     # A released view or tensor-like holder releases the memory as well.
-    loader = iter(mmnpz.Loader(ds, sampler, 4, prefetch=0))
+    loader = iter(mmnpz.Loader(ds, sampler, 4, pad="wrap", prefetch=0))
     first = next(loader)
     view = first.data[1:]
     address = first.data.ctypes.data
@@ -507,7 +509,7 @@ def test_options_are_checked_once_with_one_message_each_in_the_users_words(shard
         mmnpz.Loader(ds, sampler, 22)
     with pytest.raises(TypeError, match="sampler must be an mmnpz.Sampler, not tuple"):
         mmnpz.Loader(ds, (), 2)
-    assert len(mmnpz.Loader(ds, sampler, 22, drop_last=False)) == 1
+    assert len(mmnpz.Loader(ds, sampler, 22, pad="fill", drop_last=False)) == 1
 
 
 def test_a_samplers_options_are_one_typed_object(shards):
