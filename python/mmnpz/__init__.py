@@ -10,11 +10,12 @@ from . import _mmnpz
 from ._mmnpz import FormatError
 from ._npz import (InterruptedAppendWarning, MemberInfo, NpzReader, NpzWriter, load, recover,
                    savez)
-from .data import Batch, Dataset, Loader, Sampler, gather_fields
+from .data import Batch, Dataset, Loader, Sampler, concat, gather_fields
 from .shards import ShardWriter
 
 __all__ = [
     "Batch", "Dataset", "FormatError", "InterruptedAppendWarning", "Loader", "MemberInfo",
-    "NpzReader", "NpzWriter", "Sampler", "ShardWriter", "gather_fields", "load", "recover", "savez",
+    "NpzReader", "NpzWriter", "Sampler", "ShardWriter", "concat", "gather_fields", "load",
+    "recover", "savez",
 ]
 __version__ = _mmnpz.__version__

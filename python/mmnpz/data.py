@@ -14,8 +14,11 @@ Python object per item.
 
 import collections
 import functools
+import hashlib
 import operator
 import os
+import re
+import warnings
 import weakref
 
 import numpy as np
@@ -23,19 +26,20 @@ import numpy as np
 from . import _core, _mmnpz
 from ._npz import NpzReader
 
-__all__ = ["Batch", "Dataset", "Loader", "Sampler", "gather_fields"]
+__all__ = ["Batch", "Dataset", "Loader", "Sampler", "concat", "gather_fields"]
 
 
-def _specs(source):
+def _specs(source, function):
     if isinstance(source, (str, bytes, os.PathLike)):
         source = [source]
     specs = []
     for s in source:
         if not isinstance(s, (str, bytes, os.PathLike)):
-            raise TypeError(f"archives must be given as str or os.PathLike, not {type(s).__name__}")
+            raise TypeError(f"{function}: archives must be given as str or os.PathLike, not "
+                            f"{type(s).__name__}")
         specs.append(os.fsdecode(os.fspath(s)))
     if not specs:
-        raise ValueError("no archives given")
+        raise ValueError(f"{function}: no archives given")
     return specs
 
 
@@ -46,59 +50,133 @@ def _layout(descr, trailing):
 class Dataset:
     """Archives opened as one sequence of array items with global indices 0..len-1.
 
-    ``source`` is a path, a shell pattern (``"train-*.npz"``, sorted), a shard spec
-    (``"train@16.npz"`` for ``train-00000-of-00016.npz`` ... ``train-00015-of-00016.npz``), or
-    a list of these. Items are numbered archive after archive (``order="concatenate"``) or
-    taking one from each archive in turn (``order="interleave"``). ``select`` is a shell
-    pattern on member names (without ".npy") choosing the items; every chosen member must be
-    an array with at least one axis. Opening decodes every chosen member's .npy header (in
-    parallel, without the GIL) and nothing else. Pickling sends the archive names only: the
-    other process opens them itself.
+    ``source`` is a path, a folder (every ``*.npz`` inside it, sorted), a shell pattern
+    (``"train-*.npz"``, sorted), a shard spec (``"train@16.npz"`` for
+    ``train-00000-of-00016.npz`` ... ``train-00015-of-00016.npz``), a list of these, or a
+    Dataset (the same items). Items are numbered archive after archive
+    (``order="concatenate"``) or taking one from each archive in turn (``order="interleave"``).
+    ``select`` is a shell pattern on member names (without ".npy") choosing the items; every
+    chosen member must be an array with at least one axis. Without ``select``, every member
+    whose name ends in ".npy" is an item and other members (such as the ``<name>.json``
+    sidecars of packed audio) are left out. ``min_length`` leaves out items with fewer rows:
+    the rest are numbered 0..len-1 in order, and ``names``, ``index`` and ``lengths`` agree
+    with that numbering. Opening decodes every chosen member's .npy header (in parallel,
+    without the GIL) and nothing else.
+
+    ``ds[a:b]``, ``ds[[i, j, k]]``, ``ds[mask]`` and ``ds.subset(...)`` are views: Datasets
+    of some of the items, in the order given, sharing the open archives; ``split`` and
+    :func:`concat` make views too. A view works wherever a Dataset does. Pickling sends the
+    archive names (and a view's item numbers): the other process opens the archives itself.
     """
 
-    def __init__(self, source, *, select=None, order="concatenate", threads=0):
-        self._specs = _specs(source)
-        self._options = _mmnpz.DatasetOptions(select=select or "", order=order, threads=threads)
-        self._d = _mmnpz.Dataset(self._specs, self._options)
-        self._lengths = None
-        self._layouts = None
-        self._readers = {}
+    def __init__(self, source, *, select=None, order="concatenate", threads=0, min_length=0):
+        if isinstance(source, Dataset) and select is None and order == "concatenate":
+            self._adopt(source, source._map)
+        else:
+            self._specs = _specs(source, "Dataset")
+            try:
+                self._options = _mmnpz.DatasetOptions(select=select or "", order=order,
+                                                      threads=threads)
+                self._d = _mmnpz.Dataset(self._specs, self._options)
+            except (ValueError, IndexError) as e:
+                raise _in_user_words(e, "Dataset") from None
+            self._base = _Base(self._d)
+            self._map = None
+            self._cache = {}
+        min_length = operator.index(min_length)
+        if min_length < 0:
+            raise ValueError(f"Dataset: min_length must not be negative, not {min_length}")
+        if min_length > 0:
+            self._adopt(self, self._to_base(np.flatnonzero(self.lengths >= min_length)))
+
+    def _adopt(self, other, mapping):
+        """Becomes a view of ``other``'s archives with item k = base item mapping[k]."""
+        self._specs, self._options, self._d, self._base = (
+            other._specs, other._options, other._d, other._base)
+        if mapping is not None:
+            mapping = np.ascontiguousarray(mapping, dtype=np.int64)
+            mapping.flags.writeable = False
+        self._map = mapping
+        self._cache = {}
+
+    def _view(self, mapping):
+        view = Dataset.__new__(Dataset)
+        view._adopt(self, mapping)
+        return view
+
+    def _to_base(self, indices):
+        """Base-dataset indices of this dataset's ``indices`` (int64 array, checked)."""
+        if self._map is None:
+            return indices
+        n = len(self._map)
+        if len(indices) and (indices.min() < 0 or indices.max() >= n):
+            bad = indices[(indices < 0) | (indices >= n)][0]
+            raise IndexError(f"index {bad} is out of range for a dataset of {n} items")
+        return self._map[indices]
 
     def __reduce__(self):
         o = self._options
-        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads))
+        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads, self._map))
 
     def __len__(self):
-        return len(self._d)
+        return len(self._d) if self._map is None else len(self._map)
 
     def __repr__(self):
-        return f"<mmnpz.Dataset of {len(self)} items in {len(self.paths)} archives>"
+        kind = "Dataset" if self._map is None else "Dataset view"
+        return f"<mmnpz.{kind} of {len(self)} items in {len(self.paths)} archives>"
 
     @property
     def paths(self):
-        """The archives, in the order their items are numbered."""
+        """The archives, in the order their items are numbered (a view: of its base)."""
         return tuple(self._d.paths)
 
     @property
     def lengths(self):
         """Each item's length along axis 0 (read-only int64 array)."""
-        if self._lengths is None:
-            lengths = self._d.lengths().astype(np.int64)
-            lengths.flags.writeable = False
-            self._lengths = lengths
-        return self._lengths
+        lengths = self._cache.get("lengths")
+        if lengths is None:
+            lengths = self._base.lengths
+            if self._map is not None:
+                lengths = lengths[self._map]
+                lengths.flags.writeable = False
+            self._cache["lengths"] = lengths
+        return lengths
+
+    @property
+    def names(self):
+        """Each item's member name without ".npy" (read-only numpy str array)."""
+        names = self._cache.get("names")
+        if names is None:
+            names = self._base.names
+            if self._map is not None:
+                names = names[self._map]
+                names.flags.writeable = False
+            self._cache["names"] = names
+        return names
+
+    def _layout_table(self):
+        """(layouts, layout_ids) of this dataset's items, only the layouts they have."""
+        table = self._cache.get("layouts")
+        if table is None:
+            layouts, ids = self._base.layouts, self._base.layout_ids
+            if self._map is not None:
+                ids = ids[self._map]
+                used = np.unique(ids)
+                renumber = np.zeros(len(layouts), np.uint32)
+                renumber[used] = np.arange(len(used), dtype=np.uint32)
+                layouts, ids = [layouts[u] for u in used], renumber[ids]
+            table = self._cache["layouts"] = (layouts, ids)
+        return table
 
     @property
     def layouts(self):
         """The distinct (dtype, trailing shape) pairs among the items."""
-        if self._layouts is None:
-            self._layouts = [_layout(d, t) for d, t in self._d.layouts()]
-        return list(self._layouts)
+        return list(self._layout_table()[0])
 
     @property
     def layout_ids(self):
         """Each item's index into ``layouts`` (uint32 array)."""
-        return self._d.layout_ids()
+        return self._layout_table()[1].copy()
 
     @property
     def dtypes(self):
@@ -135,42 +213,101 @@ class Dataset:
 
     def name(self, index):
         """The member name of item ``index`` without ".npy"."""
-        return self._d.name(self._check(index))
+        return self._d.name(self._base_index(index))
 
     def index(self, name):
         """The index of the item named ``name`` (the first one when archives share it)."""
-        found = self._d.find(name)
+        if self._map is None:
+            found = self._d.find(name)
+        else:
+            first = self._cache.get("first")
+            if first is None:
+                first = self._cache["first"] = {}
+                for k, n in enumerate(self.names.tolist()):
+                    first.setdefault(n, k)
+            found = first.get(name)
+            if found is None and name.endswith(".npy"):
+                found = first.get(name[:-4])
         if found is None:
             raise KeyError(f"no item named {name!r}")
         return found
 
     def locate(self, index):
         """(archive path, member name) of item ``index``."""
-        return self._location(index)
-
-    def _location(self, index):
-        return tuple(self._d.locate(self._check(index)))
+        return tuple(self._d.locate(self._base_index(index)))
 
     def _reader(self, path):
-        reader = self._readers.get(path)
+        readers = self._base.readers
+        reader = readers.get(path)
         if reader is None:
-            reader = self._readers[path] = NpzReader(path)
+            reader = readers[path] = NpzReader(path)
         return reader
 
     def _check(self, index):
-        index = int(index)
+        index = operator.index(index)
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} is out of range for a dataset of {len(self)} items")
         return index
 
+    def _base_index(self, index):
+        index = self._check(index)
+        return index if self._map is None else int(self._map[index])
+
     def __getitem__(self, key):
-        """Item ``key`` (an index or a name) as its reader returns it: a read-only memmap."""
-        index = self.index(key) if isinstance(key, str) else self._check(key)
-        path, member = self._location(index)
-        reader = self._reader(path)
-        return reader[member]
+        """Item ``key`` (an index or a name) as its reader returns it: a read-only memmap.
+        A slice, a list or array of indices, or a boolean mask gives a view (see subset)."""
+        if isinstance(key, str):
+            index = self._base_index(self.index(key))
+        elif isinstance(key, slice):
+            return self._view(self._to_base(np.arange(len(self), dtype=np.int64)[key]))
+        elif isinstance(key, (list, tuple)) or (isinstance(key, np.ndarray) and key.ndim):
+            return self.subset(key)
+        else:
+            index = self._base_index(key)
+        path, member = self._d.locate(index)
+        return self._reader(path)[member]
+
+    def subset(self, items):
+        """A view of the items ``items`` picks: a boolean mask of len(self) entries, or
+        indices (negative ones count from the end), in the order given."""
+        given = np.asarray(items)
+        if given.dtype == bool:
+            if given.shape != (len(self),):
+                raise ValueError(f"subset: a mask must have one entry per item ({len(self)}), "
+                                 f"not shape {given.shape}")
+            indices = np.flatnonzero(given)
+        else:
+            if given.size == 0:
+                given = given.astype(np.int64)
+            if given.dtype.kind not in "iu":
+                raise TypeError(f"subset: items must be integers or booleans, not {given.dtype}")
+            if given.ndim != 1:
+                raise ValueError("subset: items must be one-dimensional")
+            indices = given.astype(np.int64)
+            n = len(self)
+            bad = (indices < -n) | (indices >= n)
+            if bad.any():
+                raise IndexError(f"subset: index {indices[bad][0]} is out of range for a "
+                                 f"dataset of {n} items")
+            indices = np.where(indices < 0, indices + n, indices)
+        return self._view(self._to_base(indices))
+
+    def split(self, fractions, *, seed=0):
+        """Views of disjoint parts of the items, part k holding about fractions[k] of them
+        (the fractions must be positive and sum to at most 1). An item's part depends only on
+        ``seed`` and its member name (a stable hash), so an item stays in its part when
+        items are added or removed. Items of the same name are in the same part."""
+        fractions = [float(f) for f in fractions]
+        if not fractions or min(fractions) <= 0 or sum(fractions) > 1 + 1e-9:
+            raise ValueError(f"split: fractions must be positive and sum to at most 1, not "
+                             f"{fractions}")
+        position = _name_hash(self.names, operator.index(seed))
+        bounds = np.cumsum(fractions)
+        bounds[-1] = min(bounds[-1], 1.0) if abs(bounds[-1] - 1) > 1e-9 else 1.0
+        part = np.searchsorted(bounds, position, side="right")
+        return [self.subset(part == k) for k in range(len(fractions))]
 
     def gather(self, indices, starts, length, *, out=None, pad="none", fill=0, threads=0,
                valid=False):
@@ -185,27 +322,143 @@ class Dataset:
         trailing shape (TypeError / ValueError naming the first that does not).
         """
         # The one-field case without gather_fields' generality: this runs once per batch.
-        length = int(length)
-        options = _excerpt_options(length, pad, operator.index(threads))
-        indices, starts = _int64_vector(indices, "indices"), _int64_vector(starts, "starts")
-        dtype, trailing = self._batch_layout(indices)
-        out = _out_array(out, (len(indices), length) + trailing, dtype)
-        rows = np.empty(len(indices), np.int64) if valid else None
-        fill_bytes = _fill_bytes(pad, fill, dtype)
-        if rows is None and not fill_bytes:  # keywords cost time in pybind11: only when needed
-            field = _mmnpz.GatherField(self._d, indices, out)
-        else:
-            field = _mmnpz.GatherField(self._d, indices, out, valid=rows, fill=fill_bytes)
-        _mmnpz.gather([field], starts, options)
+        try:
+            length = int(length)
+            options = _excerpt_options(length, pad, operator.index(threads))
+            indices = self._to_base(_int64_vector(indices, "indices"))
+            starts = _int64_vector(starts, "starts")
+            dtype, trailing = self._batch_layout(indices)
+            out = _out_array(out, (len(indices), length) + trailing, dtype)
+            rows = np.empty(len(indices), np.int64) if valid else None
+            fill_bytes = _fill_bytes(pad, fill, dtype)
+            if rows is None and not fill_bytes:  # keywords cost time in pybind11
+                field = _mmnpz.GatherField(self._d, indices, out)
+            else:
+                field = _mmnpz.GatherField(self._d, indices, out, valid=rows, fill=fill_bytes)
+            _mmnpz.gather([field], starts, options)
+        except (ValueError, IndexError, TypeError) as e:
+            raise _in_user_words(e, "Dataset.gather", self.paths) from None
         return (out, rows) if valid else out
 
-    def _batch_layout(self, indices):
-        layouts = self._layouts if self._layouts is not None else self.layouts
+    def _batch_layout(self, base_indices):
+        """The (dtype, trailing) of the items at ``base_indices`` (of the base dataset)."""
+        layouts = self._layout_table()[0]
         if len(layouts) == 1:
             return layouts[0]  # every item has it (the C++ gather checks each anyway)
-        if len(indices) == 0:
+        if len(base_indices) == 0:
             return np.dtype(np.float32), ()
-        return _layout(*self._d.batch_layout(indices))
+        return _layout(*self._d.batch_layout(base_indices))
+
+
+class _Base:
+    """What a dataset and its views share: the C++ dataset, its per-item tables (made on
+    first use) and the readers of __getitem__."""
+
+    def __init__(self, d):
+        self._d = d
+        self.readers = {}
+        self._lengths = self._names = self._layouts = self._layout_ids = None
+
+    @property
+    def lengths(self):
+        if self._lengths is None:
+            lengths = self._d.lengths().astype(np.int64)
+            lengths.flags.writeable = False
+            self._lengths = lengths
+        return self._lengths
+
+    @property
+    def names(self):
+        if self._names is None:
+            names = np.array([self._d.name(i) for i in range(len(self._d))], dtype=str)
+            names.flags.writeable = False
+            self._names = names
+        return self._names
+
+    @property
+    def layouts(self):
+        if self._layouts is None:
+            self._layouts = [_layout(d, t) for d, t in self._d.layouts()]
+        return self._layouts
+
+    @property
+    def layout_ids(self):
+        if self._layout_ids is None:
+            ids = self._d.layout_ids()
+            ids.flags.writeable = False
+            self._layout_ids = ids
+        return self._layout_ids
+
+
+def _name_hash(names, seed):
+    """A stable position in [0, 1) for each name: its BLAKE2b hash keyed by ``seed``."""
+    key = seed.to_bytes(16, "little", signed=True)
+    out = np.empty(len(names), np.float64)
+    for k, name in enumerate(names.tolist()):
+        digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8, key=key).digest()
+        out[k] = int.from_bytes(digest, "little") / 2.0**64
+    return out
+
+
+def concat(datasets):
+    """One dataset of the items of ``datasets``, one after the other (a view). Datasets that
+    are views of the same archives share them; others are opened together (they must agree
+    on ``select``)."""
+    datasets = list(datasets)
+    if not datasets:
+        raise ValueError("concat: no datasets given")
+    for ds in datasets:
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"concat: datasets must be mmnpz.Dataset, not {type(ds).__name__}")
+    first = datasets[0]
+    whole = lambda ds: np.arange(len(ds), dtype=np.int64)  # noqa: E731
+    if all(ds._d is first._d for ds in datasets):
+        return first._view(np.concatenate([ds._to_base(whole(ds)) for ds in datasets]))
+    selects = {ds._options.select for ds in datasets}
+    if len(selects) != 1:
+        raise ValueError(f"concat: the datasets select different members ({sorted(selects)})")
+    specs = [p for ds in datasets for p in ds.paths]
+    merged = Dataset(specs, select=first._options.select or None, threads=first._options.threads)
+    # Each input's base items are numbered archive by archive in `merged`: find each item's
+    # archive and its rank among the items of that archive.
+    maps, offset = [], 0
+    for ds in datasets:
+        archive, rank = _archive_ranks(ds._d)
+        counts = np.bincount(archive, minlength=len(ds.paths))
+        starts = offset + np.concatenate([[0], np.cumsum(counts)[:-1]])
+        maps.append((starts[archive] + rank)[ds._to_base(whole(ds))])
+        offset += len(ds._d)
+    return merged._view(np.concatenate(maps))
+
+
+def _archive_ranks(d):
+    """For each item of the C++ dataset ``d``: its archive and its rank among that archive's
+    items (in member order)."""
+    paths = list(d.paths)
+    where = {p: k for k, p in enumerate(paths)}
+    archive = np.array([where[d.locate(i)[0]] for i in range(len(d))], dtype=np.int64)
+    rank = np.empty(len(d), np.int64)
+    seen = np.zeros(len(paths), np.int64)
+    for i, a in enumerate(archive.tolist()):  # items of an archive keep their member order
+        rank[i] = seen[a]
+        seen[a] += 1
+    return archive, rank
+
+
+_SUBJECT = re.compile(r"^<(?:sampler|gather|loader|dataset)>: ")
+
+
+def _in_user_words(error, function, paths=()):
+    """``error`` with its message told as the Python call ``function`` the user made, without
+    the C++ subject ("<sampler>: ..."). Messages that begin with one of ``paths`` name the
+    archive and member at fault and stay as they are."""
+    if type(error) not in (ValueError, IndexError, TypeError):
+        return error  # FormatError, OSError, KeyError: they name the file or the item
+    message = str(error)
+    if message.startswith((function + ": ", function + "(")) or (
+            paths and message.startswith(tuple(paths))):
+        return error
+    return type(error)(f"{function}: {_SUBJECT.sub('', message)}")
 
 
 def _int64_vector(values, what):
@@ -241,8 +494,9 @@ def _out_array(out, shape, dtype):
     return out
 
 
-def _reopen_dataset(specs, select, order, threads):
-    return Dataset(specs, select=select or None, order=order, threads=threads)
+def _reopen_dataset(specs, select, order, threads, mapping=None):
+    ds = Dataset(specs, select=select or None, order=order, threads=threads)
+    return ds if mapping is None else ds._view(mapping)
 
 
 def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, threads=0,
@@ -255,16 +509,20 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     Returns one array per field (and, with ``valid=True``, one valid-rows array per field).
     See Dataset.gather for the rest.
     """
-    options = _excerpt_options(int(length), pad, operator.index(threads))
-    if outs is None:
-        out_for = _new_out
-    elif len(outs) != len(fields):
-        raise ValueError(f"there are {len(fields)} fields but {len(outs)} outs")
-    else:
-        def out_for(f, shape, dtype):
-            return _out_array(outs[f], shape, dtype)
-    specs, starts, results, valids = _prepare(fields, starts, options, out_for, fill, valid)
-    _mmnpz.gather(specs, starts, options)  # everything checked, then copied
+    try:
+        options = _excerpt_options(int(length), pad, operator.index(threads))
+        if outs is None:
+            out_for = _new_out
+        elif len(outs) != len(fields):
+            raise ValueError(f"there are {len(fields)} fields but {len(outs)} outs")
+        else:
+            def out_for(f, shape, dtype):
+                return _out_array(outs[f], shape, dtype)
+        specs, starts, results, valids = _prepare(fields, starts, options, out_for, fill, valid)
+        _mmnpz.gather(specs, starts, options)  # everything checked, then copied
+    except (ValueError, IndexError, TypeError) as e:
+        paths = [p for f in fields if isinstance(f[0], Dataset) for p in f[0].paths]
+        raise _in_user_words(e, "gather_fields", paths) from None
     return (results, valids) if valid else results
 
 
@@ -281,7 +539,7 @@ def _prepare(fields, starts, options, out_for, fill, valid):
     for f, (ds, indices, rate) in enumerate(fields):
         if not isinstance(ds, Dataset):
             raise TypeError(f"fields must hold mmnpz.Dataset, not {type(ds).__name__}")
-        indices = _int64_vector(indices, "indices")
+        indices = ds._to_base(_int64_vector(indices, "indices"))
         r = _core.rate(rate)
         rows = _mmnpz.field_length(options.length, r.numerator, r.denominator)
         dtype, trailing = ds._batch_layout(indices)
@@ -312,22 +570,52 @@ class Sampler:
     ``drop_remainder=True`` each rank gets floor(epoch_size / world_size) samples and the
     parts are disjoint; with False, ceil(...) by repeating the epoch's first samples.
     ``num_samples``: draws per epoch for "replacement" and "weighted" (default: one per item).
+
+    Items shorter than ``length`` are decided here, with ``pad``, the pad rule of the gather
+    that will use the samples (a Loader checks its own ``pad`` when it is made; pass it here
+    when you gather yourself). With ``pad="none"``, "sequential", "shuffle" and
+    "replacement" refuse them (ValueError naming the shortest: pad them, or leave them out
+    with ``Dataset(..., min_length=)``). "sliding" and "weighted" draw only excerpts inside an
+    item, so they never draw a short item unless ``pad`` is "fill" or "wrap" (then a short
+    item is one excerpt starting at row 0); "weighted" warns (UserWarning, with the count)
+    when some items can never be drawn. ``pad=None`` (the default) checks nothing and
+    draws no short items with "sliding" and "weighted".
     """
 
     def __init__(self, lengths, kind="shuffle", *, seed=0, length=0, hop=0,
                  shuffle_windows=False, random_crop=True, num_samples=0, rank=None,
-                 world_size=None, drop_remainder=True):
-        rank, world_size = _core.rank_and_world(rank, world_size)
-        options = _mmnpz.SamplerOptions(
-            kind=kind, seed=int(seed), length=int(length), hop=int(hop),
-            shuffle_windows=shuffle_windows, random_crop=random_crop,
-            num_samples=int(num_samples), rank=int(rank), world_size=int(world_size),
-            drop_remainder=drop_remainder)
-        if isinstance(lengths, Dataset):
-            lengths = lengths.lengths
-        self._s = _mmnpz.Sampler(_int64_vector(lengths, "lengths"), options)
+                 world_size=None, drop_remainder=True, pad=None):
+        dataset = lengths if isinstance(lengths, Dataset) else None
+        try:
+            rank, world_size = _core.rank_and_world(rank, world_size)
+            if pad not in (None, "none", "fill", "wrap"):
+                raise ValueError(f"pad must be one of 'none', 'fill', 'wrap' or None, not "
+                                 f"{pad!r}")
+            options = _mmnpz.SamplerOptions(
+                kind=kind, seed=int(seed), length=int(length), hop=int(hop),
+                shuffle_windows=shuffle_windows, random_crop=random_crop,
+                num_samples=int(num_samples), rank=int(rank), world_size=int(world_size),
+                drop_remainder=drop_remainder, pad_short_items=pad in ("fill", "wrap"))
+            lengths = _int64_vector(dataset.lengths if dataset is not None else lengths,
+                                    "lengths")
+            if pad == "none":
+                _refuse_short(lengths, options.length, options.kind, dataset,
+                              "Sampler(pad='none')")
+            self._s = _mmnpz.Sampler(lengths, options)
+        except (ValueError, IndexError, TypeError) as e:
+            raise _in_user_words(e, "Sampler") from None
         self.kind, self.seed, self.length = options.kind, options.seed, options.length
         self.rank, self.world_size = options.rank, options.world_size
+        self.pad = pad
+        self._lengths, self._dataset = lengths, dataset
+        if options.kind == "weighted" and pad in (None, "none"):
+            never = int(np.count_nonzero(lengths < options.length))
+            if never:
+                warnings.warn(
+                    f"Sampler(kind='weighted'): {never} of {len(lengths)} items are shorter "
+                    f"than length={options.length} and are never drawn; pass pad='fill' or "
+                    f"pad='wrap' to draw them padded, or leave them out with "
+                    f"Dataset(..., min_length={options.length})", stacklevel=2)
 
     @property
     def options(self):
@@ -348,8 +636,33 @@ class Sampler:
         ``epoch`` (count: to the end of the epoch)."""
         if count is None:
             count = len(self) - position
-        return self._s.sample(int(epoch), int(position), int(count))
+        try:
+            return self._s.sample(int(epoch), int(position), int(count))
+        except (ValueError, IndexError, TypeError) as e:
+            raise _in_user_words(e, "Sampler.sample") from None
 
+
+_DRAWS_EVERY_ITEM = ("sequential", "shuffle", "replacement")
+
+
+def _refuse_short(lengths, length, kind, dataset, call):
+    """Raises ValueError when ``kind`` would draw items shorter than ``length`` and the
+    gather (pad "none") would refuse them: how many, the shortest, and the fixes."""
+    if kind not in _DRAWS_EVERY_ITEM or length == 0 or len(lengths) == 0:
+        return
+    short = lengths < length
+    count = int(np.count_nonzero(short))
+    if not count:
+        return
+    shortest = int(np.argmin(lengths))
+    what = f"item {shortest}" if dataset is None else repr(dataset.name(shortest))
+    raise ValueError(
+        f"{call}: {count} of {len(lengths)} items are shorter than length={length}, the "
+        f"shortest {what} with {int(lengths[shortest])} rows; pass pad='fill' or pad='wrap' "
+        f"to pad them, or leave them out with Dataset(..., min_length={length})")
+
+
+_EACH_PASS = type("EachPass", (), {"__repr__": lambda self: "<each pass is one epoch>"})()
 
 Batch = collections.namedtuple("Batch", "data indices starts valid epoch position")
 Batch.__doc__ = """One batch from a Loader.
@@ -401,29 +714,55 @@ class Loader:
     Batch b of an epoch holds this rank's samples [b * batch_size, (b + 1) * batch_size) of
     ``sampler``; a last partial batch is left out with ``drop_last=True``. ``fields`` adds
     aligned datasets as ``(dataset, rate)`` pairs gathered with the same indices and windows
-    (see gather_fields). ``epochs``: how many epochs to run (None: endlessly). ``prefetch``
-    batches beyond the next are gathered ahead, in the background on the C++ thread pool
-    (no Python thread: the GIL is not needed), while the caller uses the current one.
+    (see gather_fields). ``prefetch`` batches beyond the next are gathered ahead, in the
+    background on the C++ thread pool (no Python thread: the GIL is not needed), while the
+    caller uses the current one.
+
+    Epochs never repeat by accident; each pass (``for batch in loader``) continues where the
+    last one stopped. ``epochs`` left out: each pass is the next epoch (0, 1, 2, ...), for
+    ``for epoch in range(E): for batch in loader:``. ``epochs=E``: one pass runs epochs
+    0 .. E-1 (a pass after a ``break`` runs the rest), after which the loader is used up and
+    iterating it raises RuntimeError. ``epochs=None``: one endless pass.
     ``state_dict()`` after a batch says where the next one begins; a Loader given that state
     with ``load_state_dict`` yields exactly the batches that would have followed.
+
+    Short items are decided when the Loader is made: with ``pad="none"``, a sampler that
+    would draw an item shorter than ``length`` is a ValueError saying how many there are and
+    naming the shortest (see Sampler).
 
     A batch's arrays are new to it; their memory is recycled for a later batch only once the
     arrays are gone: no Batch, view or torch.from_numpy tensor of them is left.
     """
 
     def __init__(self, dataset, sampler, batch_size, *, length=None, pad="none", fill=0,
-                 fields=(), epochs=1, prefetch=2, threads=0, drop_last=True):
+                 fields=(), epochs=_EACH_PASS, prefetch=2, threads=0, drop_last=True):
         if not isinstance(dataset, Dataset):
-            raise TypeError(f"dataset must be an mmnpz.Dataset, not {type(dataset).__name__}")
+            raise TypeError(f"Loader: dataset must be an mmnpz.Dataset, not "
+                            f"{type(dataset).__name__}")
         if not isinstance(sampler, Sampler):
-            raise TypeError(f"sampler must be an mmnpz.Sampler, not {type(sampler).__name__}")
-        excerpt = _mmnpz.ExcerptOptions(
-            length=sampler.length if length is None else int(length), pad=pad, threads=threads)
-        options = _mmnpz.LoaderOptions(
-            batch_size=int(batch_size), excerpt=excerpt,
-            epochs=None if epochs is None else int(epochs), prefetch=int(prefetch),
-            drop_last=drop_last)
-        self.batches_per_epoch = _mmnpz.batches_per_epoch(options, sampler._s)
+            raise TypeError(f"Loader: sampler must be an mmnpz.Sampler, not "
+                            f"{type(sampler).__name__}")
+        self._each_pass = epochs is _EACH_PASS
+        if self._each_pass:
+            epochs = 1
+        try:
+            excerpt = _mmnpz.ExcerptOptions(
+                length=sampler.length if length is None else int(length), pad=pad,
+                threads=threads)
+            options = _mmnpz.LoaderOptions(
+                batch_size=int(batch_size), excerpt=excerpt,
+                epochs=None if epochs is None else int(epochs), prefetch=int(prefetch),
+                drop_last=drop_last)
+            self.batches_per_epoch = _mmnpz.batches_per_epoch(options, sampler._s)
+            if excerpt.pad == "none":
+                if sampler.pad in ("fill", "wrap") and np.any(sampler._lengths < sampler.length):
+                    raise ValueError(f"the sampler draws items shorter than its length padded "
+                                     f"(Sampler(pad={sampler.pad!r})); pass the Loader the "
+                                     f"same pad")
+                _refuse_short(dataset.lengths, excerpt.length, sampler.kind, dataset,
+                              "Loader(pad='none')")
+        except (ValueError, IndexError, TypeError) as e:
+            raise _in_user_words(e, "Loader") from None
         self.dataset, self.sampler, self.batch_size = dataset, sampler, options.batch_size
         self.length, self.pad, self.fill, self.threads = excerpt.length, excerpt.pad, fill, threads
         self.epochs, self.prefetch, self.drop_last = options.epochs, options.prefetch, drop_last
@@ -433,10 +772,12 @@ class Loader:
         self._buffers = _Buffers((self.prefetch + 3) * len(self.fields))
 
     def __len__(self):
-        """Batches still to come (TypeError when endless)."""
+        """Batches the next pass yields (TypeError when endless)."""
         if self.epochs is None:
-            raise TypeError("an endless Loader has no length")
-        done = self.epoch * self.batches_per_epoch + self.position // self.batch_size
+            raise TypeError("Loader(epochs=None): an endless Loader has no length")
+        done = self.position // self.batch_size
+        if not self._each_pass:
+            done += self.epoch * self.batches_per_epoch
         return max(0, self.epochs * self.batches_per_epoch - done)
 
     def state_dict(self):
@@ -449,15 +790,23 @@ class Loader:
         for key in ("seed", "kind", "batch_size", "rank", "world_size"):
             mine = self.state_dict()[key]
             if state.get(key, mine) != mine:
-                raise ValueError(f"the saved state has {key}={state[key]!r}, this loader "
+                raise ValueError(f"Loader.load_state_dict: the saved state has {key}="
+                                 f"{state[key]!r}, this loader "
                                  f"{mine!r}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
     def _schedule(self):
-        """(epoch, position, count) of every batch from the current state on."""
+        """(epoch, position, count) of every batch of a pass from the current state on."""
         epoch, position = self.epoch, self.position
+        end = self.epoch + 1 if self._each_pass else self.epochs
+        if end is not None and epoch >= end:
+            raise RuntimeError(
+                f"Loader(epochs={self.epochs}): the loader is used up (its {self.epochs} "
+                f"epoch{'s' if self.epochs != 1 else ''} ran); leave epochs= out to make each "
+                f"pass over the loader the next epoch, pass epochs=None for an endless "
+                f"loader, or go back with load_state_dict()")
         per_rank = len(self.sampler)
-        while self.epochs is None or epoch < self.epochs:
+        while end is None or epoch < end:
             count = min(self.batch_size, per_rank - position)
             if count <= 0 or (self.drop_last and count < self.batch_size):
                 epoch, position = epoch + 1, 0
@@ -498,7 +847,8 @@ class Loader:
                     try:
                         window.append(self._start(*job))
                     except Exception as e:  # raised in its turn, after the batches before it
-                        window.append((e, None))
+                        paths = [p for d, _ in self.fields for p in d.paths]
+                        window.append((_in_user_words(e, "Loader", paths), None))
                 if not window:
                     return
                 batch, pending = window.popleft()

@@ -397,6 +397,7 @@ void bind_sampler(py::module_& m) {
       .field("rank", &mmnpz::sampler_options::rank)
       .field("world_size", &mmnpz::sampler_options::world_size)
       .field("drop_remainder", &mmnpz::sampler_options::drop_remainder)
+      .field("pad_short_items", &mmnpz::sampler_options::pad_short_items)
       .done();
 
   py::class_<mmnpz::sampler>(m, "Sampler", R"(A deterministic sample stream (see mmnpz::sampler).)")

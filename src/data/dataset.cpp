@@ -101,7 +101,12 @@ shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& 
     const member_info& info = r.member(m);
     if (r.find(info.name) != m) continue;  // shadowed by a later member of the same name
     const std::string_view key = detail::stem(info.name);
-    if (!select.empty() && ::fnmatch(select.c_str(), std::string(key).c_str(), 0) != 0) continue;
+    if (select.empty()) {
+      // Without a select, sidecar members (a clip's "<name>.json", say) are no items.
+      if (key.size() == info.name.size()) continue;
+    } else if (::fnmatch(select.c_str(), std::string(key).c_str(), 0) != 0) {
+      continue;
+    }
     dataset_item it;
     npy_header h;
     if (info.is_deflated()) {
@@ -145,7 +150,16 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& specs) {
   std::vector<std::string> out;
   for (const std::string& spec : specs) {
     struct stat st {};
-    if (::stat(spec.c_str(), &st) == 0) {
+    if (::stat(spec.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      // A folder: every .npz inside it, sorted (escaped: the folder's name is not a pattern).
+      std::string escaped;
+      for (char c : spec) {
+        if (c == '*' || c == '?' || c == '[' || c == '\\') escaped += '\\';
+        escaped += c;
+      }
+      if (escaped.empty() || escaped.back() != '/') escaped += '/';
+      for (auto& p : glob_paths(escaped + "*.npz")) out.push_back(std::move(p));
+    } else if (::stat(spec.c_str(), &st) == 0) {
       out.push_back(spec);  // an existing file is itself, whatever characters its name has
     } else if (auto s = parse_shard_spec(spec)) {
       for (std::size_t i = 0; i < s->count; ++i) out.push_back(shard_name(*s, i));

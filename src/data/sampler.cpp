@@ -89,7 +89,7 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
   if (n == 0) bad_option("there are no items to sample from");
   validate(o_);
   const std::uint64_t longest = *std::max_element(lengths_.begin(), lengths_.end());
-  if (o_.length > longest) {
+  if (o_.length > longest && !o_.pad_short_items) {
     bad_option("an excerpt of " + std::to_string(o_.length) +
                " rows is longer than every item (the longest has " + std::to_string(longest) + ")");
   }
@@ -110,8 +110,11 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
       for (std::uint64_t i = 0; i < n; ++i) {
         const std::uint64_t len = lengths_[i];
         std::uint64_t count = 0;
-        if (len >= o_.length)
+        if (len >= o_.length) {
           count = windows ? (len - o_.length) / o_.hop + 1 : len - o_.length + 1;
+        } else if (o_.pad_short_items && len > 0) {
+          count = 1;  // one excerpt at row 0, padded by the gather
+        }
         prefix_[i + 1] = prefix_[i] + count;
       }
       epoch_size_ = windows ? prefix_[n] : (o_.num_samples ? o_.num_samples : n);

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <numeric>
 
 #include "mmnpz/mmnpz.hpp"
@@ -126,6 +128,41 @@ TEST_SUITE("dataset") {
       CHECK(e.code() == mmnpz::errc::not_an_array);
       CHECK(e.member() == "readme.txt");
     }
+  }
+
+  TEST_CASE("without select, members that are not .npy files are no items") {
+    const std::string path = test::scratch("sidecars.npz");
+    {
+      mmnpz::writer w(path);
+      const float clip[4] = {1, 2, 3, 4};
+      w.write("clip", clip, {2, 2});
+      w.write_bytes("clip.json", "{}", 2);
+      w.write("clip2", clip, {4});
+    }
+    const mmnpz::dataset d(path);
+    REQUIRE(d.size() == 2);
+    CHECK(d.name(0) == "clip");
+    CHECK(d.name(1) == "clip2");
+    mmnpz::dataset_options o;
+    o.select = "clip*";  // a select chooses the sidecar too
+    CHECK_THROWS_AS(mmnpz::dataset(path, o), mmnpz::error);
+  }
+
+  TEST_CASE("a folder is every .npz inside it, sorted") {
+    const std::string folder = test::scratch("folder[1]");
+    ::mkdir(folder.c_str(), 0777);
+    write_clips(folder + "/b.npz", 0, 2);
+    write_clips(folder + "/a.npz", 2, 1);
+    CHECK(mmnpz::expand_paths({folder}) ==
+          std::vector<std::string>{folder + "/a.npz", folder + "/b.npz"});
+    CHECK(mmnpz::expand_paths({folder + "/"}) ==
+          std::vector<std::string>{folder + "/a.npz", folder + "/b.npz"});
+    const mmnpz::dataset d(folder);
+    CHECK(d.size() == 3);
+    CHECK(d.name(0) == "clip_2");
+    const std::string empty = test::scratch("empty_folder");
+    ::mkdir(empty.c_str(), 0777);
+    CHECK_THROWS_AS(mmnpz::expand_paths({empty}), mmnpz::error);
   }
 
   TEST_CASE("a missing shard is an error naming it") {

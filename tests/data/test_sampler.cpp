@@ -157,6 +157,34 @@ TEST_SUITE("sampler") {
     }
   }
 
+  TEST_CASE("pad_short_items makes a short item one excerpt at row 0 for sliding and weighted") {
+    const std::vector<std::uint64_t> lens{10, 3, 12, 2};
+    mmnpz::sampler_options o;
+    o.kind = mmnpz::sampling::weighted_excerpts;
+    o.length = 4;
+    o.num_samples = 2000;
+    const mmnpz::sampler skip(lens, o);
+    o.pad_short_items = true;
+    const mmnpz::sampler pad(lens, o);
+    std::vector<std::int64_t> i(2000), st(2000);
+    skip.fill(0, 0, 2000, i.data(), st.data());
+    CHECK(std::count(i.begin(), i.end(), 1) + std::count(i.begin(), i.end(), 3) == 0);
+    pad.fill(0, 0, 2000, i.data(), st.data());
+    std::size_t short_draws = 0;
+    for (std::size_t k = 0; k < i.size(); ++k) {
+      if (i[k] == 1 || i[k] == 3) {
+        ++short_draws;
+        CHECK(st[k] == 0);
+      }
+    }
+    CHECK(short_draws > 0);  // 2 of 18 positions: about 222 of 2000
+    o.kind = mmnpz::sampling::sliding_window;
+    const mmnpz::sampler windows(lens, o);
+    CHECK(windows.epoch_size() == 2 + 1 + 3 + 1);
+    o.length = 50;  // longer than every item: fine when the gather pads
+    CHECK(mmnpz::sampler(lens, o).epoch_size() == 4);
+  }
+
   TEST_CASE("bad options and positions past the epoch are refused with a sentence") {
     mmnpz::sampler_options o;
     o.length = 200;

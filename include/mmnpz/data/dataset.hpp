@@ -29,7 +29,9 @@ shard_order parse_shard_order(std::string_view text);
 /// How a dataset opens its archives.
 struct dataset_options {
   /// A shell pattern (fnmatch) on member names without ".npy"; only matching members are
-  /// items. Empty: every member. Members that match must be arrays with at least one axis.
+  /// items. Empty: every member whose name ends in ".npy" (others, such as the "<name>.json"
+  /// sidecars of packed audio, are left out). Members that match must be arrays with at
+  /// least one axis.
   std::string select;
   shard_order order = shard_order::concatenate;
   /// Threads that open archives and decode .npy headers (0: every core).
@@ -47,7 +49,8 @@ struct item_layout {
   std::uint64_t row_bytes = 0;  ///< bytes of one step along axis 0: itemsize * prod(trailing)
 };
 
-/// Splits a list of archive specs into paths, in order. A spec is a path; a shell pattern
+/// Splits a list of archive specs into paths, in order. A spec is a path; a folder (every
+/// "*.npz" inside it, sorted, and an error when there is none); a shell pattern
 /// ("train-*.npz", expanded with glob(3), sorted, and an error when nothing matches); or a
 /// shard spec "NAME@N.EXT" meaning NAME-00000-of-0000N.EXT ... NAME-0000(N-1)-of-0000N.EXT
 /// (five digits or more, as bagz, TFRecord and ArrayRecord name shards). A spec naming an

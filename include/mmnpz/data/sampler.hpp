@@ -73,6 +73,10 @@ struct sampler_options {
   /// the missing ones taken again from the start of the epoch (so parts cover all of it and
   /// overlap by fewer than world_size samples, as torch's DistributedSampler does).
   bool drop_remainder = true;
+  /// sliding_window, weighted_excerpts: an item shorter than `length` counts as one excerpt
+  /// starting at row 0 (for a gather that pads it, pad_mode::fill or wrap) instead of none;
+  /// and `length` may then exceed every item. The other kinds draw short items anyway.
+  bool pad_short_items = false;
 };
 
 /// Throws errc::invalid_argument, one message per mistake: a `kind` that is no sampling,
@@ -86,7 +90,8 @@ void validate(const sampler_options& options);
 class sampler {
  public:
   /// `lengths`: each item's length along axis 0. Throws errc::invalid_argument for options
-  /// that validate() refuses, for no items, and when `length` is longer than every item.
+  /// that validate() refuses, for no items, and when `length` is longer than every item
+  /// (unless pad_short_items).
   sampler(std::vector<std::uint64_t> lengths, sampler_options options);
 
   const sampler_options& options() const { return o_; }
