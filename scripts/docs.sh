@@ -16,20 +16,27 @@ build_dir=$(cd "$build_dir" && pwd)
 out=$build_dir/docs
 # The package's .py files are copied into the build by this target: refresh them, so that the
 # reference shows the docstrings of the sources.
-cmake --build "$build_dir" --target mmnpz_python_files > /dev/null
+cmake_log=$(mktemp)
+cmake --build "$build_dir" --target mmnpz_python_files > "$cmake_log" 2>&1 \
+  || { cat "$cmake_log" >&2; rm -f "$cmake_log"; exit 1; }
+rm -f "$cmake_log"
 rm -rf "$out"
 mkdir -p "$out/html"
 
 echo "== Sphinx: the Python API (autodoc of $build_dir/python)"
+failed=()
 PYTHONPATH="$build_dir/python" /usr/bin/python3 -m sphinx -b html -W --keep-going -n -q \
-  -d "$out/doctrees" docs "$out/html"
+  -d "$out/doctrees" docs "$out/html" || failed+=(Sphinx)
 
 echo "== Doxygen: the C++ API (include/mmnpz, include/mmnpz/data)"
 log=$out/doxygen-warnings.log
 if ! { cat docs/Doxyfile; echo "OUTPUT_DIRECTORY = $out/html"; echo "WARN_LOGFILE = $log"; } \
      | doxygen - || [ -s "$log" ]; then
   cat "$log" >&2
-  echo "scripts/docs.sh: Doxygen warnings (see above)" >&2
+  failed+=(Doxygen)
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "scripts/docs.sh: ${failed[*]} reported warnings (above); warnings are errors" >&2
   exit 1
 fi
 echo "API reference: $out/html/index.html (C++: $out/html/cpp/index.html)"
