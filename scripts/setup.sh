@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake zlib1g-dev libxtensor-dev doctest-dev python3 python3-numpy
           python3-pytest python3-dev python3-venv python3-pip python3-setuptools pybind11-dev
           python3-pybind11 python3-torch python3-soundfile python3-matplotlib unzip clang
-          libclang-rt-14-dev libdeflate-dev pkg-config libcli11-dev)
+          libclang-rt-14-dev libdeflate-dev pkg-config libcli11-dev python3-sphinx doxygen
+          python3-mypy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: a normal build (C++ tests and the Python package with pytest), the package
+# Every test: a normal build (C++ tests and the Python package with pytest, mypy --strict on
+# the stubs), the API reference (scripts/docs.sh, warnings are errors), the package
 # pip-installed into a venv and tested again, a ThreadSanitizer run of the concurrent
 # first-access, dataset-open and gather tests, two minutes of fuzzing (MMNPZ_FUZZ_SECONDS),
 # and an AddressSanitizer + UndefinedBehaviorSanitizer build of the C++ tests.
@@ -10,6 +11,9 @@ jobs=$(nproc)
 echo "== build and test (RelWithDebInfo)"
 BUILD_DIR=build scripts/setup.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_BUILD_EXAMPLES=ON
 (cd build && ctest --output-on-failure -j"$jobs")
+
+echo "== API reference (Sphinx + Doxygen, warnings are errors)"
+scripts/docs.sh
 
 echo "== pip install --no-build-isolation . into a venv; pytest against the installed package"
 rm -rf build/venv

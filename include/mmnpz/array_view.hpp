@@ -9,6 +9,8 @@
 
 #include "mmnpz/dtype.hpp"
 
+/// \file
+/// Views of a member's data: mmnpz::array_view (an array) and mmnpz::bytes_view (raw bytes).
 namespace mmnpz {
 
 /// Whether typed access accepts data that is not aligned for its element type.
@@ -31,14 +33,19 @@ class array_view {
   /// False for a default-constructed view.
   explicit operator bool() const noexcept { return s_ != nullptr; }
 
+  /// The element type, as the .npy header states it.
   const dtype& type() const;
+  /// The shape (empty for a 0-d array).
   const std::vector<std::uint64_t>& shape() const;
   /// Byte strides, C order unless fortran_order().
   const std::vector<std::int64_t>& strides() const;
+  /// Number of axes (0 for a 0-d array).
   std::size_t ndim() const { return shape().size(); }
+  /// True when the data is stored in Fortran (column-major) order.
   bool fortran_order() const;
   /// Number of elements (1 for a 0-d array).
   std::uint64_t size() const;
+  /// Bytes of the data: size() * the item size.
   std::uint64_t nbytes() const;
   /// The first byte of the data. Never null, also for empty arrays.
   const std::byte* data() const;
@@ -81,9 +88,13 @@ class array_view {
 /// Raw bytes of a member (any member, .npy or not): mapped for stored members, an inflated
 /// and cached copy for deflated ones.
 struct bytes_view {
+  /// The first byte of the member's contents.
   const std::byte* data = nullptr;
+  /// Number of bytes at `data`.
   std::uint64_t size = 0;
+  /// True when `data` points into the file mapping; false for an inflated copy.
   bool mapped = true;
+  /// What keeps `data` alive; share it to extend the data's lifetime.
   std::shared_ptr<const void> keepalive;
 };
 

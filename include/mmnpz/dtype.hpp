@@ -7,6 +7,8 @@
 #include <type_traits>
 #include <vector>
 
+/// \file
+/// numpy data types: mmnpz::dtype, mmnpz::field and mmnpz::byte_order.
 namespace mmnpz {
 
 /// Byte order of a dtype, as numpy spells it in a descr string.
@@ -48,11 +50,15 @@ class dtype {
   template <class T>
   static dtype of();
 
+  /// numpy's kind character (see the class description).
   char kind() const noexcept { return kind_; }
+  /// Bytes of one element (of one record for a structured dtype).
   std::uint64_t itemsize() const noexcept { return itemsize_; }
+  /// The byte order, byte_order::not_applicable for one-byte and structured types.
   byte_order order() const noexcept { return order_; }
   /// True when no byte swapping is needed to read the values on this host.
   bool is_native() const noexcept { return order_ != opposite(native_order); }
+  /// True for a structured dtype (one with fields).
   bool is_structured() const noexcept { return !fields_.empty(); }
   /// True when the dtype is 'O' or contains an 'O' field anywhere.
   bool has_object() const noexcept { return has_object_; }
@@ -70,7 +76,9 @@ class dtype {
   template <class T>
   bool holds() const noexcept;
 
+  /// Equal when the descrs are equal (same kind, size, byte order, unit and fields).
   friend bool operator==(const dtype& a, const dtype& b) { return a.descr_ == b.descr_; }
+  /// Not operator==().
   friend bool operator!=(const dtype& a, const dtype& b) { return !(a == b); }
 
  private:

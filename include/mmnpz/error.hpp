@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+/// \file
+/// The one exception type, mmnpz::error, and its codes, mmnpz::errc.
 namespace mmnpz {
 
 /// What went wrong, coarse enough to branch on. The message says the rest.
@@ -33,10 +35,14 @@ class error : public std::runtime_error {
   /// No byte offset is known.
   static constexpr std::uint64_t no_offset = ~std::uint64_t{0};
 
+  /// An error about `member` (may be empty) of the file `path` at byte `offset` (or
+  /// no_offset); what() is made from them and `detail`. `sys_errno` is kept for errc::io.
   error(errc code, std::string path, std::string member, std::uint64_t offset,
         const std::string& detail, int sys_errno = 0);
 
+  /// What went wrong, to branch on.
   errc code() const noexcept { return code_; }
+  /// The file the error is about, as it was given (or a display name such as "<memory>").
   const std::string& path() const noexcept { return path_; }
   /// The member's name as stored in the archive, or empty when the error is not about one.
   const std::string& member() const noexcept { return member_; }

@@ -1,5 +1,10 @@
 #pragma once
 
+/// \namespace mmnpz
+/// Everything of the library: the reader and writers of .npz archives, and the training data
+/// layer (datasets, gather, samplers). Nothing public lives elsewhere.
+
+/// \file
 /// Umbrella header for the core (without xtensor; see mmnpz/xtensor.hpp).
 #include "mmnpz/array_view.hpp"
 #include "mmnpz/data/dataset.hpp"

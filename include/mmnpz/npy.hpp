@@ -8,14 +8,20 @@
 
 #include "mmnpz/dtype.hpp"
 
+/// \file
+/// .npy headers: decoding, encoding, and the limits on untrusted headers.
 namespace mmnpz {
 
 /// A decoded .npy header.
 struct npy_header {
+  /// Format version: 1, 2 or 3.
   int major_version = 1;
+  /// Minor format version (always 0 so far).
   int minor_version = 0;
+  /// The element type (the header's 'descr').
   dtype type;
   std::vector<std::uint64_t> shape;  ///< empty for a 0-d array
+  /// The header's 'fortran_order': the data is stored column-major.
   bool fortran_order = false;
   std::uint64_t data_offset = 0;  ///< bytes from the start of the .npy to the data
   std::uint64_t size = 1;         ///< number of elements (product of shape)
@@ -24,11 +30,14 @@ struct npy_header {
 
 /// Caps on untrusted .npy headers.
 constexpr std::uint64_t max_npy_header_len = std::uint64_t{1} << 24;
+/// The most axes a header may give.
 constexpr std::size_t max_npy_ndim = 64;
+/// The deepest nesting of structured dtypes a header may give.
 constexpr std::size_t max_dtype_depth = 32;
 
 /// The six magic bytes every .npy starts with.
 constexpr char npy_magic[] = "\x93NUMPY";
+/// The length of npy_magic, without its terminating zero.
 constexpr std::size_t npy_magic_len = 6;
 
 /// Decodes the header of the .npy at [data, data + size): versions 1.0, 2.0 and 3.0, keys in

@@ -14,14 +14,20 @@
 #include "mmnpz/member_info.hpp"
 #include "mmnpz/npy.hpp"
 
+/// \file
+/// The memory-mapped archive reader, mmnpz::reader.
 namespace mmnpz {
 
 /// What verify() found: one error (errc::checksum, or the error that stopped decoding) per
 /// bad member.
 struct verify_result {
+  /// Members whose contents were checked.
   std::size_t members_checked = 0;
+  /// Bytes of contents checked (uncompressed).
   std::uint64_t bytes_checked = 0;
+  /// One error per bad member, in directory order.
   std::vector<error> failures;
+  /// True when no member is bad.
   bool ok() const noexcept { return failures.empty(); }
 };
 
@@ -55,12 +61,15 @@ class reader {
   /// (new members after the end record, no new end record) opens as it was before the
   /// append: was_interrupted() tells, and `options.on_interrupted_append` is called.
   explicit reader(const std::string& path);
+  /// Opens `path` as reader(path) does, calling `options.on_interrupted_append` when the
+  /// file ends in an interrupted append.
   reader(const std::string& path, const reader_options& options);
 
   /// Opens an archive held in memory (copied once). `display_name` appears in errors.
   static reader from_bytes(const void* data, std::size_t size,
                            std::string display_name = "<memory>");
 
+  /// The path given to the constructor (or from_bytes()'s display name).
   const std::string& path() const;
   /// Number of central-directory entries (duplicates counted).
   std::size_t size() const;
@@ -71,6 +80,7 @@ class reader {
 
   /// The index a key resolves to, or nothing. O(1).
   std::optional<std::size_t> find(std::string_view key) const;
+  /// True when `key` resolves to a member (see find()).
   bool contains(std::string_view key) const { return find(key).has_value(); }
   /// Like find(), but throws errc::not_found.
   std::size_t index_of(std::string_view key) const;
@@ -78,7 +88,9 @@ class reader {
   /// The member's array. Throws errc::not_an_array for members that do not start with the
   /// .npy magic, errc::object_array for pickled object arrays, and the decoding errors.
   array_view array(std::string_view key) const { return array(index_of(key)); }
+  /// The array of the member at `index` (0 <= index < size()), as array(key).
   array_view array(std::size_t index) const;
+  /// Same as array(key).
   array_view operator[](std::string_view key) const { return array(key); }
 
   /// True when the member's contents start with the .npy magic (decodes the member).
@@ -86,6 +98,7 @@ class reader {
 
   /// The member's contents (the whole .npy file for arrays, header included).
   bytes_view bytes(std::string_view key) const { return bytes(index_of(key)); }
+  /// The contents of the member at `index`, as bytes(key).
   bytes_view bytes(std::size_t index) const;
 
   /// Streams the member's contents (as bytes() gives them) to `sink(data, n)` in order, in
@@ -105,6 +118,7 @@ class reader {
             std::size_t chunk = std::size_t{1} << 20) const {
     read(index_of(key), sink, chunk);
   }
+  /// Streams the member at `index`, as read(key, sink, chunk).
   void read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,
             std::size_t chunk = std::size_t{1} << 20) const;
 
@@ -116,6 +130,7 @@ class reader {
   /// (type.has_object() tells), and it does not check a deflated member's CRC-32 and size,
   /// which need the whole stream (read() checks them).
   npy_header array_header(std::string_view key) const { return array_header(index_of(key)); }
+  /// The .npy header of the member at `index`, as array_header(key).
   npy_header array_header(std::size_t index) const;
 
   /// The whole file as mapped (its keepalive keeps the mapping alive).
@@ -129,8 +144,10 @@ class reader {
   /// Checks one member, as verify() does; throws errc::checksum (or the decoding error) when
   /// it is bad.
   void verify(std::string_view key) const { verify(index_of(key)); }
+  /// Checks the member at `index`, as verify(key).
   void verify(std::size_t index) const;
 
+  /// Size of the file (or of the bytes given to from_bytes()).
   std::uint64_t file_size() const;
   /// Bytes before the archive proper (a self-extracting stub, a concatenated prefix).
   std::uint64_t leading_bytes() const;

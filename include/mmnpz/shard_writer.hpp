@@ -11,8 +11,11 @@
 #include "mmnpz/dtype.hpp"
 #include "mmnpz/error.hpp"
 
+/// \file
+/// Writing a sequence of items as sharded aligned archives: mmnpz::shard_writer.
 namespace mmnpz {
 
+/// Limits and layout of a shard_writer's shards; validate() says which are refused.
 struct shard_writer_options {
   /// A shard's file never grows past this many bytes, except a shard holding a single item
   /// that alone needs more. Each item is counted with an upper bound of its ZIP records and
@@ -54,7 +57,10 @@ class shard_writer {
   /// Validates the options, then creates the first shard. Throws errc::invalid_argument for a
   /// path that does not end in ".npz" or bad options, errc::io for OS errors.
   explicit shard_writer(const std::string& path, shard_writer_options options = {});
+  /// Moves the shards being written into a new shard_writer; the moved-from one must not be
+  /// used except to be destroyed or assigned to.
   shard_writer(shard_writer&&) noexcept;
+  /// Closes this writer's shards (errors swallowed, as in the destructor), then takes the other's.
   shard_writer& operator=(shard_writer&&) noexcept;
   /// Closes (and renames) the shards if close() was not called; errors are swallowed here, so
   /// call close() to see them.
@@ -66,6 +72,8 @@ class shard_writer {
              const std::vector<std::uint64_t>& shape, bool fortran_order = false);
 
   template <class T>
+  /// Writes a whole array of the C++ element type T (dtype::of<T>()), as write(name, data,
+  /// type, shape, fortran_order).
   void write(std::string_view name, const T* data, const std::vector<std::uint64_t>& shape,
              bool fortran_order = false) {
     write(name, static_cast<const void*>(data), dtype::of<T>(), shape, fortran_order);
@@ -91,6 +99,7 @@ class shard_writer {
   /// written: one empty shard, NAME-00000-of-00001.npz). Idempotent. A shard left empty
   /// because the item that began it was refused is removed.
   void close();
+  /// True once close() was called.
   bool closed() const;
 
   /// The final shard paths, in order: known once close() returned (empty before).

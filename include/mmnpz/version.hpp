@@ -1,9 +1,13 @@
 #pragma once
+/// \file
+/// The library's version, as macros and as mmnpz::version_string.
 
 /// mmnpz version. CMake reads the project version from the three numbered lines; the rest
 /// follows from them.
 #define MMNPZ_VERSION_MAJOR 0
+/// The minor version.
 #define MMNPZ_VERSION_MINOR 1
+/// The patch version.
 #define MMNPZ_VERSION_PATCH 0
 
 /// The version as one number, major * 10000 + minor * 100 + patch (0.1.0 is 100), for

@@ -10,6 +10,8 @@
 #include "mmnpz/dtype.hpp"
 #include "mmnpz/error.hpp"
 
+/// \file
+/// Writing aligned archives (mmnpz::writer) and repairing them (mmnpz::recover()).
 namespace mmnpz {
 
 /// How writer opens its file.
@@ -19,7 +21,9 @@ enum class open_mode {
   append,    ///< add members to an existing archive (or create it when missing)
 };
 
+/// How a writer opens its file and lays out members; see the writer constructor.
 struct writer_options {
+  /// Create (the default), truncate or append to the file.
   open_mode mode = open_mode::create;
   /// Every array's data starts at an absolute file offset that is a multiple of this: a
   /// power of two from 1 to 65536 (4096 suits direct I/O).
@@ -84,7 +88,10 @@ class writer {
   /// alignment, a path holding NUL or a file another writer has open, and the reader's
   /// errors when appending to an archive that cannot be read.
   explicit writer(const std::string& path, writer_options options = {});
+  /// Moves the open archive into a new writer; the moved-from one must not be used
+  /// except to be destroyed or assigned to.
   writer(writer&&) noexcept;
+  /// Closes this writer's archive (errors swallowed, as in the destructor), then takes the other's.
   writer& operator=(writer&&) noexcept;
   /// Closes the archive if close() was not called; errors are swallowed here, so call
   /// close() to see them.
@@ -97,6 +104,8 @@ class writer {
              const std::vector<std::uint64_t>& shape, bool fortran_order = false);
 
   template <class T>
+  /// Writes a whole array of the C++ element type T (dtype::of<T>()), as write(name, data,
+  /// type, shape, fortran_order).
   void write(std::string_view name, const T* data, const std::vector<std::uint64_t>& shape,
              bool fortran_order = false) {
     write(name, static_cast<const void*>(data), dtype::of<T>(), shape, fortran_order);
@@ -123,6 +132,7 @@ class writer {
 
   /// Members committed by this writer (not counting those it appended to).
   std::size_t members_written() const;
+  /// The path given to the constructor.
   const std::string& path() const;
 
  private:
@@ -136,6 +146,7 @@ class writer {
 /// errc::invalid_argument.
 class writer::stream {
  public:
+  /// Moves the member being written into a new stream; the moved-from one no longer owns it.
   stream(stream&&) noexcept;
   stream& operator=(stream&&) = delete;
   ~stream();
@@ -143,6 +154,7 @@ class writer::stream {
   /// Appends bytes of the array (or of the member begun by begin_bytes()), in order.
   /// errc::invalid_argument when more bytes arrive than the member holds.
   void write(const void* data, std::size_t n);
+  /// Bytes still to arrive before commit() can succeed.
   std::uint64_t remaining() const;
   /// Commits the member; errc::invalid_argument (and the member is abandoned) when bytes are
   /// missing.

@@ -1,4 +1,6 @@
 #pragma once
+/// \file
+/// Opt-in xtensor adaptors (link mmnpz::xtensor): mmnpz::adapt() and mmnpz::write().
 
 // Opt-in xtensor adaptors (link mmnpz::xtensor). Include this header only where xtensor is
 // wanted; the core headers never include xtensor.

@@ -105,6 +105,7 @@ class NpzReader(collections.abc.Mapping):
 
     @property
     def path(self):
+        """The archive's path, as a ``str``."""
         return self._path
 
     def _open_reader(self):

@@ -312,7 +312,7 @@ class Dataset:
     def gather(self, indices, starts, length, *, out=None, pad="none", fill=0, threads=0,
                valid=False):
         """Excerpts rows [starts[k], starts[k] + length) of items indices[k], stacked in one
-        C-contiguous array (len(indices), length, *trailing), new or ``out``.
+        C-contiguous array ``(len(indices), length, *trailing)``, new or ``out``.
 
         ``pad`` says what happens where an excerpt runs past its item's end: "none" refuses
         (ValueError), "fill" fills with ``fill``, "wrap" continues from the item's first row.
@@ -667,7 +667,7 @@ _EACH_PASS = type("EachPass", (), {"__repr__": lambda self: "<each pass is one e
 Batch = collections.namedtuple("Batch", "data indices starts valid epoch position")
 Batch.__doc__ = """One batch from a Loader.
 
-data: the excerpts (batch, length, *trailing), or a tuple with one such array per field;
+data: the excerpts ``(batch, length, *trailing)``, or a tuple with one such array per field;
 indices, starts: the samples; valid: rows of each excerpt taken from its item (the rest is
 padding), one array per field like data; epoch, position: where in the sample stream the
 batch begins (this rank's position)."""
@@ -787,6 +787,9 @@ class Loader:
                 "rank": self.sampler.rank, "world_size": self.sampler.world_size}
 
     def load_state_dict(self, state):
+        """Resumes where ``state`` (from :meth:`state_dict`) says: the next batch begins at its
+        epoch and position. ValueError when its seed, kind, batch_size, rank or world_size
+        differ from this loader's."""
         for key in ("seed", "kind", "batch_size", "rank", "world_size"):
             mine = self.state_dict()[key]
             if state.get(key, mine) != mine:

@@ -294,6 +294,8 @@ class Progress:
         self.last_done = -1
 
     def update(self, done, written, shards, final=False):
+        """Shows ``done`` inputs of the total, ``written`` bytes and ``shards`` shards (when
+        enabled); ``final`` draws the last state and ends the line."""
         if not self.enabled:
             return
         text = (f"{done}/{self.total} inputs, {_format_bytes(written)}, "

@@ -61,6 +61,7 @@ class ShardWriter:
 
     @property
     def closed(self):
+        """True once :meth:`close` was called."""
         return self._writer.closed
 
     @property

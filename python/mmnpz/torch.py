@@ -66,7 +66,7 @@ class ExcerptBatches(torch.utils.data.Dataset):
     the current epoch (``set_epoch``); item ``(epoch, b)`` names the epoch explicitly. The last
     batch may be partial unless ``drop_last``. A batch is a dict of tensors:
 
-    * ``"data"``: (count, length, *trailing) excerpts; ``"valid"``: int64 (count,) rows of each
+    * ``"data"``: ``(count, length, *trailing)`` excerpts; ``"valid"``: int64 (count,) rows of each
       excerpt taken from its item (the rest is ``fill`` with ``pad="fill"``, or wraps around
       with ``pad="wrap"``; ``pad="none"`` refuses excerpts that run past an item's end);
     * ``"indices"``, ``"starts"``: int64 (count,) the samples; ``"epoch"``, ``"batch"``: ints;
@@ -132,14 +132,17 @@ class ExcerptBatches(torch.utils.data.Dataset):
 
     @property
     def rank(self):
+        """This process's rank: its part of every epoch (fixed when the dataset was made)."""
         return self._sampler_options["rank"]
 
     @property
     def world_size(self):
+        """The number of ranks sharing every epoch (fixed when the dataset was made)."""
         return self._sampler_options["world_size"]
 
     @property
     def seed(self):
+        """The sampler's seed."""
         return self._sampler_options["seed"]
 
     @property

@@ -12,6 +12,8 @@
 #include "mmnpz/dtype.hpp"
 #include "mmnpz/reader.hpp"
 
+/// \file
+/// Many archives opened as one indexed sequence of items: mmnpz::dataset.
 namespace mmnpz {
 
 /// How the members of several archives are numbered.
@@ -33,6 +35,7 @@ struct dataset_options {
   /// sidecars of packed audio, are left out). Members that match must be arrays with at
   /// least one axis.
   std::string select;
+  /// How items are numbered across archives.
   shard_order order = shard_order::concatenate;
   /// Threads that open archives and decode .npy headers (0: every core).
   std::size_t threads = 0;
@@ -44,7 +47,9 @@ void validate(const dataset_options& options);
 
 /// The dtype and trailing shape (every axis after the first) shared by a group of members.
 struct item_layout {
+  /// The element type.
   dtype type;
+  /// The shape after axis 0 (empty for 1-d items).
   std::vector<std::uint64_t> trailing;
   std::uint64_t row_bytes = 0;  ///< bytes of one step along axis 0: itemsize * prod(trailing)
 };
@@ -74,6 +79,7 @@ class dataset {
   /// selected member is not an array, errc::invalid_argument for a selected 0-d array or
   /// options that validate() refuses.
   explicit dataset(const std::vector<std::string>& specs, dataset_options options = {});
+  /// Opens the archives one spec names (a path, a pattern or a shard spec).
   explicit dataset(const std::string& spec, dataset_options options = {})
       : dataset(std::vector<std::string>{spec}, std::move(options)) {}
 
@@ -81,7 +87,9 @@ class dataset {
   std::size_t size() const;
   /// The archives, in the order their items are numbered.
   const std::vector<std::string>& paths() const;
+  /// The reader of archive `s` (0 <= s < shards(), in paths() order).
   const reader& shard(std::size_t s) const;
+  /// Number of archives.
   std::size_t shards() const;
 
   /// Length of item i along axis 0. Throws errc::out_of_range past the end (as do all the
@@ -91,7 +99,9 @@ class dataset {
   const std::vector<std::uint64_t>& lengths() const;
   /// The distinct (dtype, trailing shape) pairs; item i has layouts()[layout_id(i)].
   const std::vector<item_layout>& layouts() const;
+  /// The index into layouts() of item i's layout.
   std::size_t layout_id(std::size_t i) const;
+  /// Item i's dtype and trailing shape.
   const item_layout& layout(std::size_t i) const { return layouts()[layout_id(i)]; }
   /// The item's array (a view into the mapping).
   array_view array(std::size_t i) const;
@@ -99,6 +109,7 @@ class dataset {
   std::string_view name(std::size_t i) const;
   /// Which archive and which member (central-directory index) item i is.
   std::size_t shard_of(std::size_t i) const;
+  /// The central-directory index of item i in its archive, shard(shard_of(i)).
   std::size_t member_of(std::size_t i) const;
 
   /// The index of the item named `name` (with or without ".npy"); the first in index order

@@ -8,6 +8,8 @@
 
 #include "mmnpz/data/dataset.hpp"
 
+/// \file
+/// Batches of fixed-length excerpts copied out of datasets: mmnpz::gather(), mmnpz::gather_async().
 namespace mmnpz {
 
 /// What to do where an excerpt runs past the end of its member.
@@ -26,6 +28,7 @@ pad_mode parse_pad_mode(std::string_view text);
 /// One excerpt length and rule for a whole batch.
 struct excerpt_options {
   std::uint64_t length = 0;  ///< rows along axis 0 per excerpt (in the first field's units)
+  /// What to do where an excerpt runs past its member's end.
   pad_mode pad = pad_mode::none;
   /// One element's bytes to fill with (pad_mode::fill), in the items' dtype; empty: zeros.
   std::vector<std::byte> fill;
@@ -41,12 +44,16 @@ void validate(const excerpt_options& options);
 /// frame rate `rate_num/rate_den` relative to the excerpt's units. The field's window for
 /// start s is rows [s*num/den (rounded down), + length*num/den), which must be a whole number.
 struct gather_field {
+  /// The dataset the field's items come from (must outlive the gather).
   const dataset* source = nullptr;
   const std::int64_t* indices = nullptr;  ///< `count` item indices into `source`
+  /// Numerator of the field's frame rate relative to the excerpt's units.
   std::uint64_t rate_num = 1;
+  /// Denominator of the field's frame rate (positive).
   std::uint64_t rate_den = 1;
   /// C-contiguous (count, field length, *trailing) destination of `out_bytes` bytes.
   std::byte* out = nullptr;
+  /// Size of `out` in bytes; it must be exactly what the batch needs.
   std::uint64_t out_bytes = 0;
   /// Optional, `count` entries: rows of each excerpt that came from the member (the rest is
   /// padding); the field length except with pad_mode::fill.
@@ -80,7 +87,9 @@ void gather(const std::vector<gather_field>& fields, const std::int64_t* starts,
 class pending_gather {
  public:
   pending_gather();
+  /// Takes over the running gather; the moved-from one holds none.
   pending_gather(pending_gather&&) noexcept;
+  /// Waits for this gather (as the destructor does), then takes over the other's.
   pending_gather& operator=(pending_gather&&) noexcept;
   /// Waits for the copy to end (an error it raised is dropped): the outputs are never
   /// written after a pending_gather is gone.

@@ -7,12 +7,15 @@
 #include "mmnpz/data/gather.hpp"
 #include "mmnpz/data/sampler.hpp"
 
+/// \file
+/// What the batch loaders are asked for: mmnpz::loader_options.
 namespace mmnpz {
 
 /// What a batch loader (Python's mmnpz.Loader and mmnpz.torch.ExcerptBatches) is asked for,
 /// besides its datasets and its sampler: batch b of an epoch holds this rank's samples
 /// [b * batch_size, (b + 1) * batch_size).
 struct loader_options {
+  /// Samples per batch (positive).
   std::uint64_t batch_size = 1;
   /// The excerpts' length (which must be positive), pad rule and gather threads; the fill
   /// element is given per field, in the field's dtype (gather_field::fill).

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+/// \file
+/// Deterministic, resumable, rank-aware samplers: mmnpz::sampler, mmnpz::permutation.
 namespace mmnpz {
 
 /// A random-access pseudo-random permutation of [0, n): a balanced Feistel network on the
@@ -13,7 +15,9 @@ namespace mmnpz {
 /// the same permutation.
 class permutation {
  public:
+  /// The permutation of [0, n) that `key` selects.
   permutation(std::uint64_t n, std::uint64_t key);
+  /// n: the number of elements permuted.
   std::uint64_t size() const { return n_; }
   /// The element at position i (i < size()).
   std::uint64_t operator()(std::uint64_t i) const;
@@ -50,7 +54,9 @@ sampling parse_sampling(std::string_view text);
 
 /// How a sampler draws; validate() says which combinations are refused.
 struct sampler_options {
+  /// How items are picked.
   sampling kind = sampling::shuffle;
+  /// Seed of every random choice (orders, crops, draws).
   std::uint64_t seed = 0;
   /// Excerpt length in rows; 0 means whole items (start 0). Required by sliding_window and
   /// weighted_excerpts.
@@ -66,6 +72,7 @@ struct sampler_options {
   std::uint64_t num_samples = 0;
   /// This process's part of every epoch: positions rank, rank + world_size, ... of it.
   std::uint64_t rank = 0;
+  /// Number of processes sharing each epoch (positive).
   std::uint64_t world_size = 1;
   /// With several ranks and an epoch size E that world_size does not divide: true gives each
   /// rank floor(E / world_size) samples (the last E mod world_size are left out, the same
@@ -94,6 +101,7 @@ class sampler {
   /// (unless pad_short_items).
   sampler(std::vector<std::uint64_t> lengths, sampler_options options);
 
+  /// The options the sampler was made with.
   const sampler_options& options() const { return o_; }
   /// Samples per epoch across all ranks.
   std::uint64_t epoch_size() const { return epoch_size_; }
