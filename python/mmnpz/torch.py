@@ -80,10 +80,11 @@ class _Ring:
 
     Only the worker sets a flag (when it takes the slot for a batch), and only the main process
     clears it: when the last tensor of the batch made on the slot is gone (a weak reference to
-    the memoryview all of them rest on, so no reference counting). The data stores of the
-    next batch cannot pass the main process's last reads: on its side the release follows
-    torch's atomic (acquire-release) storage reference drop, on the worker's the write is
-    handed to the gather threads under a mutex."""
+    the memoryview all of them rest on, so no reference counting). The stores of the next
+    batch cannot pass the main process's last reads of the slot: there, the flag is cleared
+    after torch's atomic (acquire-release) drop of the storage reference; in the worker, the
+    slot is written only once its flag was read as 0 (a control dependency: no CPU makes a
+    store visible ahead of the branch it depends on)."""
 
     def __init__(self, workers, slots, slot_bytes):
         self.token = f"{os.getpid()}:{next(_TOKENS)}"
