@@ -471,7 +471,7 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     def __init__(self, dataset, **options):
         super().__init__(dataset, batch_size=None, sampler=dataset.sampler(), **options)
         self._taken = None  # (epoch, b) of the last batch taken in the last pass
-        self._passes = 0  # the dataset's passes begun before the last pass
+        self._passes_before = 0  # the dataset's passes begun before the last pass
 
     def _get_iterator(self):
         if self.num_workers == 0:
@@ -487,7 +487,7 @@ class ExcerptLoader(torch.utils.data.DataLoader):
         return iterator
 
     def __iter__(self):
-        self._taken, self._passes = None, self.dataset._passes
+        self._taken, self._passes_before = None, self.dataset._passes
         return _Pass(super().__iter__(), self)
 
     def state_dict(self):
@@ -498,7 +498,7 @@ class ExcerptLoader(torch.utils.data.DataLoader):
             epoch, b = batches._next
         elif self._taken is not None:
             epoch, b = self._taken[0], self._taken[1] + 1
-        elif batches._passes > self._passes:  # the last pass began, none of it taken yet
+        elif batches._passes > self._passes_before:  # the last pass began, none of it taken yet
             epoch, b = batches._pass
         else:
             epoch, b = batches.epoch + (1 if batches._passes else 0), 0
@@ -522,8 +522,10 @@ class ExcerptLoader(torch.utils.data.DataLoader):
             raise ValueError(f"the saved state's epoch {epoch} and position {position} are "
                              f"not the start of a batch of {batches.batch_size} in an epoch "
                              f"of {len(batches)} batches")
-        batches.epoch = epoch
-        batches._next = (epoch, position // batches.batch_size)
+        b = position // batches.batch_size
+        if b == len(batches):  # the end of the epoch: the start of the next
+            epoch, b = epoch + 1, 0
+        batches.epoch, batches._next = epoch, (epoch, b)
 
 
 class _Pass:

@@ -349,6 +349,12 @@ def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, 
     for got, want in zip(rest + after, stream[1][4:] + stream[2]):
         assert_same_batch(got, want)
     assert resumed.state_dict()["epoch"] == 3 and resumed.state_dict()["position"] == 0
+    resumed.load_state_dict(dict(state, position=18))  # after the last batch of epoch 1
+    assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["position"] == 0
+    again = list(resumed)
+    assert len(again) == 6
+    for got, want in zip(again, stream[2]):
+        assert_same_batch(got, want)
     # mmnpz.Loader's state of the same position means the same batch.
     ds = mmnpz.Dataset(spec(shards), select="clip??")
     plain = mmnpz.Loader(ds, mmnpz.Sampler(ds, seed=6, length=LENGTH), 3, pad="fill",
