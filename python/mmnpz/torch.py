@@ -10,12 +10,18 @@ Item b of an ``ExcerptBatches`` is batch b of the current epoch, gathered in C++
 Use it with ``DataLoader(batches, batch_size=None)``, or :func:`loader`. Pickling (for spawned
 DataLoader workers) sends the archive names and options only: a worker opens the archives
 itself, and gathers into a tensor in shared memory so that the batch reaches the main process
-without another copy. This module imports torch; ``import mmnpz`` does not.
+without another copy. Under :func:`loader` that shared memory is a ring of buffers made once
+per worker: a batch crosses the worker queue as a slot number, and its slot is reused once the
+main process has let go of every tensor of the batch. This module imports torch; ``import
+mmnpz`` does not.
 """
 
 import collections.abc
+import itertools
+import mmap
 import operator
 import os
+import weakref
 
 import numpy as np
 import torch
@@ -25,7 +31,7 @@ import torch.utils.data
 from . import _core, _mmnpz
 from .data import Dataset, Sampler, gather_fields
 
-__all__ = ["ExcerptBatches", "loader"]
+__all__ = ["ExcerptBatches", "ExcerptLoader", "loader"]
 
 # The keys of a batch besides the extra fields' (which may not take these names).
 _RESERVED = ("data", "valid", "indices", "starts", "epoch", "batch")
@@ -51,6 +57,118 @@ def _shared_empty(shape, dtype):
         return tensor.set_(torch.UntypedStorage._new_shared(nbytes), 0, shape)
     except (AttributeError, TypeError, RuntimeError):  # a torch without that private API
         return torch.empty(shape, dtype=dtype).share_memory_()
+
+
+_ALIGN = 64  # bytes: where each field of a batch starts within its slot
+
+
+def _aligned(n, to=_ALIGN):
+    return -(-n // to) * to
+
+
+# The rings of this process's live DataLoader iterators, by token: where a batch that crossed
+# a worker queue as a slot number finds its memory.
+_RINGS = weakref.WeakValueDictionary()
+_TOKENS = itertools.count()
+
+
+class _Ring:
+    """Output memory for the batches of one DataLoader iterator's workers, made once in the
+    main process before the workers start (forked ones inherit it, spawned ones receive it
+    pickled, as torch shares tensors): ``slots`` buffers of ``slot_bytes`` per worker in one
+    shared tensor, and a shared int32 flag per slot, 0 when free, 1 when lent.
+
+    Only the worker sets a flag (when it takes the slot for a batch), and only the main process
+    clears it: when the last tensor of the batch made on the slot is gone (a weak reference to
+    the memoryview all of them rest on, so no reference counting). The stores of the next
+    batch cannot pass the main process's last reads of the slot: there, the flag is cleared
+    after torch's atomic (acquire-release) drop of the storage reference; in the worker, the
+    slot is written only once its flag was read as 0 (a control dependency: no CPU makes a
+    store visible ahead of the branch it depends on)."""
+
+    def __init__(self, workers, slots, slot_bytes):
+        self.token = f"{os.getpid()}:{next(_TOKENS)}"
+        self.slots, self.slot_bytes = slots, slot_bytes
+        self.memory = _shared_empty((workers * slots * slot_bytes,), torch.uint8)
+        self.flags = _shared_empty((workers, slots), torch.int32).zero_()
+        self._views = None
+        _RINGS[self.token] = self
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_views"] = None  # numpy views would be pickled by value
+        return state
+
+    def _arrays(self):
+        if self._views is None:
+            self._views = self.memory.numpy(), self.flags.numpy()
+        return self._views
+
+    def take(self, worker):
+        """A free slot of ``worker``'s, now lent (worker side), or None when all are lent."""
+        flags = self._arrays()[1][worker]
+        free = np.flatnonzero(flags == 0)
+        if not len(free):
+            return None
+        slot = int(free[0])
+        flags[slot] = 1
+        return slot
+
+    def give_back(self, worker, slot):
+        self._arrays()[1][worker, slot] = 0
+
+    def slot(self, worker, slot):
+        """The bytes of a slot as a uint8 array resting on a memoryview of its own."""
+        start = (worker * self.slots + slot) * self.slot_bytes
+        return np.frombuffer(memoryview(self._arrays()[0])[start:start + self.slot_bytes],
+                             np.uint8)
+
+
+def _field_views(memory, layouts):
+    """Arrays of (dtype, shape) laid one after another in ``memory`` (uint8), each aligned."""
+    views, offset = [], 0
+    for dtype, shape in layouts:
+        nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        views.append(memory[offset:offset + nbytes].view(dtype).reshape(shape))
+        offset = _aligned(offset + nbytes)
+    return views
+
+
+class _SlotBatch:
+    """What a worker returns for a batch gathered into its ring: it crosses the queue as the
+    slot number, the layouts and the small per-excerpt arrays (pickled by value), and the
+    main process unpickles it as the batch dict of tensors on the ring's memory."""
+
+    def __init__(self, token, worker, slot, layouts, rest):
+        self.token, self.worker, self.slot = token, worker, slot
+        self.layouts, self.rest = layouts, rest
+
+    def __reduce__(self):
+        layouts = [(dtype.str, shape) for dtype, shape in self.layouts]
+        return _slot_batch, (self.token, self.worker, self.slot, layouts, self.rest)
+
+
+def _slot_batch(token, worker, slot, layouts, rest):
+    """The main process's batch dict of the batch in ``worker``'s ring slot ``slot``."""
+    ring = _RINGS.get(token)
+    if ring is None:
+        raise RuntimeError("a batch came from a DataLoader worker whose loader is gone")
+    memory = ring.slot(worker, slot)
+    # Every tensor below holds (through its numpy array) the memoryview under `memory`:
+    # when the last is gone the slot is free for the worker's next batch.
+    weakref.finalize(memory.base, ring.give_back, worker, slot).atexit = False
+    layouts = [(np.dtype(d), tuple(shape)) for d, shape in layouts]
+    data = [torch.from_numpy(a) for a in _field_views(memory, layouts)]
+    return _batch_dict(data, *rest)
+
+
+def _batch_dict(data, valid, indices, starts, epoch, b, names):
+    batch = {"data": data[0], "valid": torch.from_numpy(valid[0]),
+             "indices": torch.from_numpy(indices), "starts": torch.from_numpy(starts),
+             "epoch": epoch, "batch": b}
+    for name, d, v in zip(names, data[1:], valid[1:]):
+        batch[name], batch[name + "_valid"] = d, torch.from_numpy(v)
+    return batch
 
 
 class ExcerptBatches(torch.utils.data.Dataset):
@@ -119,6 +237,10 @@ class ExcerptBatches(torch.utils.data.Dataset):
         self.batch_size, self.length = options.batch_size, options.excerpt.length
         self.pad, self.fill, self.drop_last, self.threads = pad, fill, bool(drop_last), threads
         self.epoch = 0
+        self._next = None  # (epoch, batch) where the next pass begins, when chosen
+        self._passes = 0  # passes begun by sampler()'s keys
+        self._pass = None  # (epoch, first batch) of the last
+        self._ring = None  # a DataLoader iterator's _Ring while its workers start
         self._datasets = self._sampler = self._layouts = None
         datasets = self._open()
         self._items, self._epoch_size = len(datasets[0]), self._sampler.epoch_size
@@ -151,12 +273,26 @@ class ExcerptBatches(torch.utils.data.Dataset):
         return self._open()[0]
 
     def set_epoch(self, epoch):
-        """Makes items b (plain integers) batches of ``epoch``. As DistributedSampler's: call
-        it before iterating each epoch; a DataLoader made by :func:`loader` (or given
-        ``sampler=batches.sampler()``) passes the epoch to its workers, persistent or not."""
+        """Makes items b (plain integers) batches of ``epoch``, and ``epoch`` the epoch of the
+        next pass over ``sampler()`` (a DataLoader made by :func:`loader`). Without it each
+        such pass takes the epoch after the last one's; a DataLoader without that sampler
+        (plain integer keys) takes ``epoch`` every pass, as with DistributedSampler. The epoch
+        reaches the workers, persistent or not, with each key."""
         if operator.index(epoch) < 0:
             raise ValueError(f"epoch must not be negative, not {epoch}")
         self.epoch = int(epoch)
+        self._next = (self.epoch, 0)
+
+    def _begin_pass(self):
+        """(epoch, first batch) of a new pass over sampler()'s keys: where set_epoch or a
+        loaded state put it, else the epoch after the last pass's (the first pass: ``epoch``)."""
+        if self._next is not None:
+            epoch, b = self._next
+        else:
+            epoch, b = self.epoch + (1 if self._passes else 0), 0
+        self._next, self._passes, self.epoch = None, self._passes + 1, epoch
+        self._pass = (epoch, b)
+        return epoch, b
 
     def __len__(self):
         """Batches per epoch for this rank."""
@@ -217,17 +353,38 @@ class ExcerptBatches(torch.utils.data.Dataset):
             raise IndexError(f"batch {b} is out of range for an epoch of {self._batches} batches")
         return epoch, b
 
-    def _shared_out(self, f, indices, rows):
-        """A shared-memory tensor for field f's batch, or None when its items differ."""
+    def _rates(self):
+        return [1] + [rate for *_, rate in self._fields]
+
+    def _out_layout(self, f, indices, rate):
+        """(dtype, shape) of field f's batch of items ``indices``, or None when gather_fields
+        will refuse it (items of several layouts, a fractional number of rows)."""
+        rows = self.length * _core.rate(rate)
+        if rows.denominator != 1:
+            return None
         layout = self._layouts[f]
         if isinstance(layout[1], np.ndarray):  # several layouts: does the batch have one?
             layouts, ids = layout
             used = np.unique(ids[indices])
             if len(used) != 1:
-                return None  # gather_fields raises, naming the odd item
+                return None
             layout = layouts[used[0]]
         dtype, trailing = layout
-        return _shared_empty((len(indices), rows) + tuple(trailing), _torch_dtype(dtype, "data"))
+        return dtype, (len(indices), int(rows)) + tuple(trailing)
+
+    def _slot_bytes(self):
+        """Bytes of the largest batch (every field, each aligned), in whole pages."""
+        self._open()
+        total = 0
+        for f, rate in enumerate(self._rates()):
+            rows = self.length * _core.rate(rate)
+            if rows.denominator != 1:
+                continue
+            layout = self._layouts[f]
+            layouts = layout[0] if isinstance(layout[1], np.ndarray) else [layout]
+            row = max(d.itemsize * int(np.prod(t, dtype=np.int64)) for d, t in layouts)
+            total = _aligned(total + row * int(rows) * self.batch_size)
+        return _aligned(max(total, 1), mmap.PAGESIZE)
 
     def __getitem__(self, key):
         """Batch b of the current epoch (key b) or of ``epoch`` (key ``(epoch, b)``)."""
@@ -236,26 +393,39 @@ class ExcerptBatches(torch.utils.data.Dataset):
         position = b * self.batch_size
         count = min(self.batch_size, self._per_rank - position)
         indices, starts = self._sampler.sample(epoch, position, count)
-        rates = [1] + [rate for *_, rate in self._fields]
-        tensors = [None] * len(datasets)
-        if torch.utils.data.get_worker_info() is not None:
-            # Gathered straight into shared memory, the batch crosses to the main process as is.
-            for f, rate in enumerate(rates):
-                rows = self.length * _core.rate(rate)
-                if rows.denominator == 1:  # else gather_fields raises
-                    tensors[f] = self._shared_out(f, indices, int(rows))
-        outs = [None if t is None else t.numpy() for t in tensors]
-        data, valid = gather_fields([(ds, indices, r) for ds, r in zip(datasets, rates)], starts,
-                                    self.length, outs=outs, pad=self.pad, fill=self.fill,
-                                    threads=self._gather_threads(), valid=True)
+        rates = self._rates()
+        outs = tensors = slot = None
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            layouts = [self._out_layout(f, indices, r) for f, r in enumerate(rates)]
+            ring = self._ring
+            if ring is not None and None not in layouts:
+                slot = ring.take(worker.id)  # None when the main process holds every slot
+            if slot is not None:
+                outs = _field_views(ring.slot(worker.id, slot), layouts)
+            else:
+                # Gathered straight into shared memory, the batch crosses to the main process
+                # as is (in a new shared segment).
+                tensors = [None if out is None else _shared_empty(out[1], _torch_dtype(out[0],
+                                                                                     "data"))
+                           for out in layouts]
+                outs = [None if t is None else t.numpy() for t in tensors]
+        try:
+            data, valid = gather_fields([(ds, indices, r) for ds, r in zip(datasets, rates)],
+                                        starts, self.length, outs=outs, pad=self.pad,
+                                        fill=self.fill, threads=self._gather_threads(),
+                                        valid=True)
+        except BaseException:
+            if slot is not None:
+                ring.give_back(worker.id, slot)
+            raise
+        rest = (valid, indices, starts, epoch, b, [name for name, *_ in self._fields])
+        if slot is not None:
+            return _SlotBatch(ring.token, worker.id, slot, layouts, rest)
         # The tensors themselves, not torch.from_numpy of their views: only they are shared.
+        tensors = tensors or [None] * len(data)
         data = [torch.from_numpy(a) if t is None else t for t, a in zip(tensors, data)]
-        batch = {"data": data[0], "valid": torch.from_numpy(valid[0]),
-                 "indices": torch.from_numpy(indices), "starts": torch.from_numpy(starts),
-                 "epoch": epoch, "batch": b}
-        for (name, *_), d, v in zip(self._fields, data[1:], valid[1:]):
-            batch[name], batch[name + "_valid"] = d, torch.from_numpy(v)
-        return batch
+        return _batch_dict(data, *rest)
 
     def __repr__(self):
         return (f"<mmnpz.torch.ExcerptBatches: {self._batches} batches of {self.batch_size} "
@@ -264,28 +434,133 @@ class ExcerptBatches(torch.utils.data.Dataset):
 
 
 class _EpochKeys(torch.utils.data.Sampler):
-    """Keys (epoch, b) of every batch of the dataset's epoch when iteration begins."""
+    """Keys (epoch, b) of the batches of one pass: every batch of the epoch the dataset
+    chooses when the pass begins (ExcerptBatches._begin_pass), from where set_epoch or a
+    loaded state put it."""
 
     def __init__(self, batches):
         self.batches = batches
 
     def __iter__(self):
-        epoch, count = self.batches.epoch, len(self.batches)
-        return ((epoch, b) for b in range(count))
+        # A generator: the pass begins with the first key drawn, not at iter(), which a
+        # DataLoader iterator calls twice as it starts its workers.
+        epoch, first = self.batches._begin_pass()
+        for b in range(first, len(self.batches)):
+            yield epoch, b
 
     def __len__(self):
         return len(self.batches)
 
 
+class ExcerptLoader(torch.utils.data.DataLoader):
+    """The ``torch.utils.data.DataLoader`` that :func:`loader` makes: items are whole batches
+    of an :class:`ExcerptBatches` (``batch_size=None``), keyed ``(epoch, b)`` by
+    ``dataset.sampler()``.
+
+    Each ``iter()`` is a pass over a new epoch: the epoch after the last pass's, or the one
+    given to ``dataset.set_epoch`` (or by ``load_state_dict``) since. ``state_dict()`` says
+    where the batch after the last one taken begins; a loader over the same archives and
+    options given it with ``load_state_dict`` begins its next pass there, yielding exactly
+    the batches that would have followed, with any number of workers.
+
+    With workers, each DataLoader iterator makes one ring of shared buffers per worker,
+    ``prefetch_factor + 2`` batches each: a worker gathers a batch into a free slot and sends
+    the slot number; the batch's tensors in the main process rest on that slot until the
+    last of them (or of their views) is gone, and only then may the worker reuse it. When
+    the main process holds every slot of a worker (a consumer keeping batches), the worker
+    sends the next batch in a new shared-memory segment, as a DataLoader does by default.
+    """
+
+    def __init__(self, dataset, **options):
+        super().__init__(dataset, batch_size=None, sampler=dataset.sampler(), **options)
+        self._taken = None  # (epoch, b) of the last batch taken in the last pass
+        self._passes_before = 0  # the dataset's passes begun before the last pass
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        ring = _Ring(self.num_workers, (self.prefetch_factor or 2) + 2,
+                     self.dataset._slot_bytes())
+        self.dataset._ring = ring  # forked or pickled into each worker as it starts
+        try:
+            iterator = super()._get_iterator()
+        finally:
+            self.dataset._ring = None
+        iterator._mmnpz_ring = ring  # its batches find it while the workers live
+        return iterator
+
+    def __iter__(self):
+        self._taken, self._passes_before = None, self.dataset._passes
+        return _Pass(super().__iter__(), self)
+
+    def state_dict(self):
+        """Where the next batch begins (this rank's sample position in its epoch), plus the
+        options that must agree on resume: the keys of :meth:`mmnpz.Loader.state_dict`."""
+        batches = self.dataset
+        if batches._next is not None:  # set_epoch or load_state_dict since
+            epoch, b = batches._next
+        elif self._taken is not None:
+            epoch, b = self._taken[0], self._taken[1] + 1
+        elif batches._passes > self._passes_before:  # the last pass began, none of it taken yet
+            epoch, b = batches._pass
+        else:
+            epoch, b = batches.epoch + (1 if batches._passes else 0), 0
+        if b >= len(batches):
+            epoch, b = epoch + 1, 0
+        return {"epoch": epoch, "position": b * batches.batch_size, "seed": batches.seed,
+                "kind": batches._sampler_options["kind"], "batch_size": batches.batch_size,
+                "rank": batches.rank, "world_size": batches.world_size}
+
+    def load_state_dict(self, state):
+        """Makes the next pass begin where ``state`` (from state_dict) says."""
+        mine = self.state_dict()
+        for key in ("seed", "kind", "batch_size", "rank", "world_size"):
+            if state.get(key, mine[key]) != mine[key]:
+                raise ValueError(f"the saved state has {key}={state[key]!r}, this loader "
+                                 f"{mine[key]!r}")
+        batches = self.dataset
+        epoch, position = operator.index(state["epoch"]), operator.index(state["position"])
+        if epoch < 0 or position < 0 or position % batches.batch_size or (
+                position // batches.batch_size > len(batches)):
+            raise ValueError(f"the saved state's epoch {epoch} and position {position} are "
+                             f"not the start of a batch of {batches.batch_size} in an epoch "
+                             f"of {len(batches)} batches")
+        b = position // batches.batch_size
+        if b == len(batches):  # the end of the epoch: the start of the next
+            epoch, b = epoch + 1, 0
+        batches.epoch, batches._next = epoch, (epoch, b)
+
+
+class _Pass:
+    """A DataLoader iterator noting for state_dict which batch was taken last."""
+
+    def __init__(self, iterator, loader):
+        self._iterator, self._loader = iterator, loader
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self._iterator)
+        self._loader._taken = batch["epoch"], batch["batch"]
+        return batch
+
+    def __len__(self):
+        return len(self._iterator)
+
+
 def loader(source, *, num_workers=0, multiprocessing_context=None, pin_memory=False,
            persistent_workers=False, prefetch_factor=None, timeout=0, worker_init_fn=None,
            **options):
-    """A ``torch.utils.data.DataLoader`` over :class:`ExcerptBatches`.
+    """An :class:`ExcerptLoader` (a ``torch.utils.data.DataLoader``) over an
+    :class:`ExcerptBatches`.
 
     ``source`` is an ExcerptBatches, or the archives to make one from with ``options`` (see
-    ExcerptBatches). The loader has ``batch_size=None`` (its items are batches already) and
-    ``sampler=batches.sampler()``: call ``loader.dataset.set_epoch(e)`` before each epoch.
-    Workers may be spawned or forked; spawned ones open the archives themselves.
+    ExcerptBatches). Each pass over the loader is a new epoch (or the one given to
+    ``loader.dataset.set_epoch``); ``state_dict()`` / ``load_state_dict()`` resume mid-epoch.
+    Workers may be spawned or forked; spawned ones open the archives themselves. Batches
+    from workers arrive through rings of shared buffers reused once released (see
+    ExcerptLoader).
     """
     if isinstance(source, ExcerptBatches):
         if options:
@@ -295,8 +570,8 @@ def loader(source, *, num_workers=0, multiprocessing_context=None, pin_memory=Fa
     else:
         batches = ExcerptBatches(source, **options)
     extra = {} if prefetch_factor is None else {"prefetch_factor": prefetch_factor}
-    return torch.utils.data.DataLoader(
-        batches, batch_size=None, sampler=batches.sampler(), num_workers=num_workers,
+    return ExcerptLoader(
+        batches, num_workers=num_workers,
         multiprocessing_context=multiprocessing_context if num_workers else None,
         pin_memory=pin_memory, persistent_workers=persistent_workers and num_workers > 0,
         timeout=timeout, worker_init_fn=worker_init_fn, **extra)

@@ -297,3 +297,190 @@ def test_import_mmnpz_does_not_import_torch():
     code = "import sys, mmnpz; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy())
     assert "torch" not in mmnpz.__all__ and not hasattr(mmnpz, "ExcerptBatches")
+
+
+def test_each_pass_over_the_loader_is_a_new_epoch_unless_set_epoch_says_otherwise(shards):
+    batches = ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=3,
+                             seed=2, pad="fill", drop_last=False)
+    passes = loader(batches)
+    first, second = list(passes), list(passes)
+    assert [b["epoch"] for b in first] == [0] * 6 and [b["epoch"] for b in second] == [1] * 6
+    assert pairs(first) != pairs(second)
+    for got, want in zip(first + second, epoch_batches(batches, 0) + epoch_batches(batches, 1)):
+        assert_same_batch(got, want)
+    batches.set_epoch(7)  # wins for the next pass, which the one after follows
+    assert {b["epoch"] for b in passes} == {7}
+    assert {b["epoch"] for b in passes} == {8}
+    for _, b in zip(range(2), passes):  # a pass left early still counts as one
+        assert b["epoch"] == 9
+    assert [b["epoch"] for b in passes] == [10] * 6
+    assert batches.epoch == 10
+
+
+def take(iterator, count):
+    return [batch for _, batch in zip(range(count), iterator)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, workers):
+    def make():
+        return loader(spec(shards), select="clip??", length=LENGTH, batch_size=3, seed=6,
+                      pad="fill", drop_last=False, fields={"labels": (None, "*_labels", 0.25)},
+                      num_workers=workers, multiprocessing_context="fork" if workers else None)
+
+    whole = loader(ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=3,
+                                  seed=6, pad="fill", drop_last=False,
+                                  fields={"labels": (None, "*_labels", 0.25)}))
+    stream = [list(whole) for _ in range(3)]  # epochs 0, 1, 2
+    first = make()
+    assert first.state_dict()["epoch"] == 0 and first.state_dict()["position"] == 0
+    assert len(list(first)) == 6
+    taken = take(iter(first), 4)  # epoch 1, batches 0..3
+    state = first.state_dict()
+    assert state == {"epoch": 1, "position": 12, "seed": 6, "kind": "shuffle",
+                     "batch_size": 3, "rank": 0, "world_size": 1}
+    for got, want in zip(taken, stream[1]):
+        assert_same_batch(got, want)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state
+    rest, after = list(resumed), list(resumed)
+    assert [b["batch"] for b in rest] == [4, 5] and len(after) == 6
+    for got, want in zip(rest + after, stream[1][4:] + stream[2]):
+        assert_same_batch(got, want)
+    assert resumed.state_dict()["epoch"] == 3 and resumed.state_dict()["position"] == 0
+    resumed.load_state_dict(dict(state, position=18))  # after the last batch of epoch 1
+    assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["position"] == 0
+    again = list(resumed)
+    assert len(again) == 6
+    for got, want in zip(again, stream[2]):
+        assert_same_batch(got, want)
+    # mmnpz.Loader's state of the same position means the same batch.
+    ds = mmnpz.Dataset(spec(shards), select="clip??")
+    plain = mmnpz.Loader(ds, mmnpz.Sampler(ds, seed=6, length=LENGTH), 3, pad="fill",
+                         drop_last=False, epochs=None)
+    plain.load_state_dict(state)
+    assert next(iter(plain)).indices.tolist() == stream[1][4]["indices"].tolist()
+
+    with pytest.raises(ValueError, match="the saved state has seed=5, this loader 6"):
+        resumed.load_state_dict(dict(state, seed=5))
+    with pytest.raises(ValueError, match="the saved state's epoch 1 and position 13 are not "
+                                         "the start of a batch of 3 in an epoch of 6 batches"):
+        resumed.load_state_dict(dict(state, position=13))
+
+
+def ring_of(iterator):
+    """The shared ring of a loader's iterator with workers (white box)."""
+    return iterator._iterator._mmnpz_ring
+
+
+def on_ring(tensor, ring):
+    start = ring.memory.data_ptr()
+    return start <= tensor.data_ptr() < start + ring.memory.numel()
+
+
+def many_batches(shards, **options):
+    """64 batches of 2 excerpts, the first 32 in epoch 0."""
+    return ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=2, seed=3,
+                          kind="replacement", num_samples=64, pad="wrap",
+                          fields={"labels": (None, "*_labels", 0.25)}, **options)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_batch_held_is_never_overwritten_and_released_slots_are_reused(shards, context):
+    batches = many_batches(shards)
+    want = epoch_batches(batches, 0)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context=context))
+    ring = ring_of(it)
+    held = next(it)
+    copy = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in held.items()}
+    assert on_ring(held["data"], ring) and on_ring(held["labels"], ring)
+    pointers = set()
+    for b, batch in enumerate(it, 1):
+        assert_same_batch(batch, want[b])
+        assert on_ring(batch["data"], ring)  # one held, the rest released: slots to spare
+        pointers.add(batch["data"].data_ptr())
+        assert batch["data"].data_ptr() != held["data"].data_ptr()
+    assert b == len(want) - 1
+    assert len(pointers) <= ring.flags.numel() - 1  # slots reused, the held one never
+    assert_same_batch(held, copy)
+    assert_same_batch(held, want[0])
+    del batch
+    assert int(ring.flags.sum()) == 1  # the held batch's slot alone is lent
+    view = held["data"][1:]
+    del held, copy
+    assert int(ring.flags.sum()) == 1  # a view keeps it
+    del view
+    assert int(ring.flags.sum()) == 0
+
+
+def test_batches_kept_beyond_the_ring_arrive_in_new_shared_memory(shards):
+    batches = many_batches(shards)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork"))
+    ring = ring_of(it)
+    got = list(it)  # every batch kept: the workers run out of slots
+    assert len(got) == 32
+    for g, w in zip(got, epoch_batches(batches, 0)):
+        assert_same_batch(g, w)
+    outside = [g for g in got if not on_ring(g["data"], ring)]
+    assert 0 < len(outside) <= 32 - ring.flags.numel()
+    assert all(g["data"].is_shared() for g in outside)
+
+
+def test_pinned_copies_are_made_from_the_ring_and_release_it(shards, monkeypatch):
+    # No CUDA here: torch's pin thread runs with pinning faked as a copy.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, device=None: self.clone())
+    batches = many_batches(shards)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork", pin_memory=True))
+    assert it._iterator._pin_memory
+    ring = ring_of(it)
+    got = list(it)
+    for g, w in zip(got, epoch_batches(batches, 0)):
+        assert_same_batch(g, w)
+        assert not on_ring(g["data"], ring)
+    assert int(ring.flags.sum()) == 0  # every slot given back by the pin thread
+
+
+def shared_memory_held(pids):
+    """This process's file descriptors and mappings of shared memory (torch keeps a
+    segment's descriptor open while its storage lives), and the /dev/shm entries of torch
+    segments made by `pids`."""
+    fds, held = set(), set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the descriptor listing the directory, now closed
+            continue
+        if target.startswith("/dev/shm/"):
+            fds.add(target)
+    with open("/proc/self/maps") as maps:
+        held = {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/" in line}
+    entries = {e for e in os.listdir("/dev/shm") for p in pids if e.startswith(f"torch_{p}_")}
+    return fds, held, entries
+
+
+@pytest.mark.parametrize("context, persistent", [("fork", False), ("spawn", True)])
+def test_no_shared_memory_is_left_once_the_loader_is_gone(shards, context, persistent):
+    import gc
+
+    batches = many_batches(shards)
+    gc.collect()
+    before = shared_memory_held([])
+    workers = loader(batches, num_workers=2, multiprocessing_context=context,
+                     persistent_workers=persistent)
+    pids = [os.getpid()]
+    for _ in range(2):
+        it = iter(workers)
+        pids += [w.pid for w in it._iterator._workers]
+        kept = take(it, 20)  # beyond the ring: some batches in new segments
+        assert shared_memory_held([])[:2] != before[:2]
+        del it
+    del workers, batches
+    gc.collect()
+    assert shared_memory_held(pids)[2] == set()  # every segment unlinked (while mapped)
+    del kept
+    gc.collect()
+    assert shared_memory_held(pids) == before[:2] + (set(),)
