@@ -251,6 +251,20 @@ void bind_reader(py::module_& m) {
              return std::make_unique<py_reader>(std::move(*opened));
            }),
            py::arg("path"), R"(Maps the file and parses its central directory, without the GIL.)")
+      .def_static(
+          "from_bytes",
+          [](const py::buffer& data, const std::string& display_name) {
+            const py::buffer_info info = bytes_of(data);
+            const auto n = static_cast<std::size_t>(info.size * info.itemsize);
+            std::optional<mmnpz::reader> opened;
+            {
+              py::gil_scoped_release nogil;  // copying and parsing the directory
+              opened.emplace(mmnpz::reader::from_bytes(info.ptr, n, display_name));
+            }
+            return std::make_unique<py_reader>(std::move(*opened));
+          },
+          py::arg("data"), py::arg("display_name") = "<memory>",
+          R"(An archive held in memory (copied once); display_name appears in errors.)")
       .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
       .def(
@@ -285,6 +299,15 @@ view for a stored array, None for other members (deflated, not .npy, pickled).)"
           py::arg("index"),
           R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
 mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
+      .def(
+          "header_length",
+          [](const py_reader& p, std::size_t i) {
+            const mmnpz::npy_header h = p.r.array_header(i);
+            return h.data_offset - (h.major_version == 1 ? 10 : 12);
+          },
+          py::arg("index"),
+          R"(The length of an array member's .npy header after its magic, version and length
+field (what numpy compares with max_header_size).)")
       .def(
           "bytes",
           [](const py_reader& p, std::size_t i) {
@@ -329,13 +352,14 @@ void bind_writer(py::module_& m) {
 
   py::class_<mmnpz::writer>(m, "Writer", R"(Writes an aligned .npz archive (see mmnpz::writer).)")
       .def(py::init([](const std::string& path, const std::string& mode, std::size_t align,
-                       bool allow_duplicates) {
+                       bool allow_duplicates, std::optional<py::bytes> comment) {
              mmnpz::writer_options o{mode_of(mode), align, allow_duplicates};
+             if (comment) o.comment = std::string(*comment);
              py::gil_scoped_release nogil;
              return mmnpz::writer(path, o);
            }),
            py::arg("path"), py::arg("mode") = "x", py::arg("align") = 64,
-           py::arg("allow_duplicate_names") = false)
+           py::arg("allow_duplicate_names") = false, py::arg("comment") = py::none())
       .def(
           "write",
           [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
@@ -349,6 +373,34 @@ void bind_writer(py::module_& m) {
           py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
           py::arg("fortran_order") = false,
           R"(Writes a whole array from a contiguous buffer holding its bytes in the given order.)")
+      .def(
+          "write_deflated",
+          [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
+             const std::string& descr, const std::vector<std::uint64_t>& shape, bool fortran_order,
+             int level) {
+            const mmnpz::dtype type = mmnpz::parse_descr(descr);
+            const py::buffer_info info = bytes_of(data);
+            py::gil_scoped_release nogil;
+            w.write_deflated(name, info.ptr, type, shape, fortran_order, level);
+          },
+          py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
+          py::arg("fortran_order") = false, py::arg("level") = -1,
+          R"(Writes a whole array deflated at zlib level (0-9, -1 for the default).)")
+      .def(
+          "write_bytes",
+          [](mmnpz::writer& w, const std::string& name, const py::buffer& data, bool deflate,
+             int level) {
+            const py::buffer_info info = bytes_of(data);
+            const auto n = static_cast<std::size_t>(info.size * info.itemsize);
+            py::gil_scoped_release nogil;
+            if (deflate) {
+              w.write_bytes_deflated(name, info.ptr, n, level);
+            } else {
+              w.write_bytes(name, info.ptr, n);
+            }
+          },
+          py::arg("name"), py::arg("data"), py::arg("deflate") = false, py::arg("level") = -1,
+          R"(Writes a member of exactly `name` holding the buffer's bytes (stored, or deflated).)")
       .def(
           "begin",
           [](mmnpz::writer& w, const std::string& name, const std::string& descr,
