@@ -293,6 +293,8 @@ class NpzReader(collections.abc.Mapping):
         self._max_header_size = max_header_size
         self._pickle_kwargs = {"encoding": encoding, "fix_imports": bool(fix_imports)}
         self._reader = source.reader
+        if not allow_pickle:  # numpy lifts the limit for trusted files
+            self._reader.limit_header(min(max(int(max_header_size), 0), 1 << 62))
         whole = np.frombuffer(self._reader.mapping(), dtype=np.uint8).view(np.memmap)
         whole.filename = os.path.abspath(self._path) if source.reopen else self._path
         whole.offset, whole.mode = 0, "r"
@@ -408,8 +410,8 @@ class NpzReader(collections.abc.Mapping):
         if found is None:
             raise KeyError(f"{key} is not a file in the archive")
         index, view = found
-        if view is not None and self._mode == "r" and self._header_allowed(index):
-            return index, view  # the fast path: a read-only view of a stored array
+        if view is not None and self._mode == "r":
+            return index, view  # the fast path (the core checked max_header_size)
         item = self._by_index.get(index) if self._cache else None
         if item is None:
             item = self._item(index, view)

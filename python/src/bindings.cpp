@@ -149,11 +149,30 @@ struct py_reader {
       if (e.code() != mmnpz::errc::object_array) throw;
       return py::make_tuple(*index, py::none());
     }
+    if (header_too_long(*index, v)) return py::make_tuple(*index, py::none());
     return py::make_tuple(*index, memmap_view(v, base));
+  }
+
+  // An array member's .npy header length after its magic, version and length field (what
+  // numpy compares with max_header_size).
+  std::uint64_t header_length(std::size_t i) const {
+    const mmnpz::npy_header h = r.array_header(i);
+    return h.data_offset - (h.major_version == 1 ? 10 : 12);
+  }
+
+  // Whether the stored array `v` of member i has a header longer than max_header. The bytes
+  // between the local header and the data bound it, which settles nearly every member without
+  // decoding the header again.
+  bool header_too_long(std::size_t i, const mmnpz::array_view& v) const {
+    if (max_header >= mmnpz::max_npy_header_len) return false;
+    const std::uint64_t before = v.file_offset() - r.member(i).local_header_offset;
+    if (before <= 30 + 10 + max_header) return false;  // fixed local header + .npy preamble
+    return header_length(i) > max_header;
   }
 
   mmnpz::reader r;
   py::object base;  // the whole file's numpy.memmap
+  std::uint64_t max_header = mmnpz::max_npy_header_len;  // lookup() hands no view beyond
 };
 
 class py_stream {
@@ -300,12 +319,10 @@ view for a stored array, None for other members (deflated, not .npy, pickled).)"
           R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
 mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def(
-          "header_length",
-          [](const py_reader& p, std::size_t i) {
-            const mmnpz::npy_header h = p.r.array_header(i);
-            return h.data_offset - (h.major_version == 1 ? 10 : 12);
-          },
-          py::arg("index"),
+          "limit_header",
+          [](py_reader& p, std::uint64_t n) { p.max_header = n; }, py::arg("max_header_size"),
+          R"(lookup() gives None instead of a view for arrays whose header is longer.)")
+      .def("header_length", &py_reader::header_length, py::arg("index"),
           R"(The length of an array member's .npy header after its magic, version and length
 field (what numpy compares with max_header_size).)")
       .def(

@@ -346,3 +346,23 @@ def test_the_package_exposes_only_its_api_and_submodules():
     assert public - modules == set(mmnpz.__all__)
     assert all(getattr(mmnpz, n).__name__.startswith("mmnpz.") for n in modules)
     assert "savez_compressed" in mmnpz.__all__
+
+
+def test_max_header_size_passes_short_headers_behind_large_alignment_padding(tmp_path):
+    path = tmp_path / "aligned.npz"
+    with mmnpz.NpzWriter(path, "w", align=65536) as w:
+        for i in range(3):
+            w.write(f"x{i}", np.arange(5 + i))
+    reader = mmnpz.load(path)
+    for i in range(3):
+        assert isinstance(reader[f"x{i}"], np.memmap)
+        assert_same_array(reader[f"x{i}"], np.load(path)[f"x{i}"])
+
+
+def test_a_reader_not_opened_from_a_path_cannot_be_pickled(npz):
+    with open(npz, "rb") as f:
+        with pytest.raises(TypeError, match="not opened from a path"):
+            pickle.dumps(mmnpz.load(f))
+    with pytest.raises(TypeError, match="not opened from a path"):
+        pickle.dumps(mmnpz.load(npz.read_bytes()))
+    assert pickle.loads(pickle.dumps(mmnpz.load(npz, None))).mmap_mode is None
