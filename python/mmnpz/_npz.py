@@ -541,6 +541,9 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
         _check_readable(file)
         seekable = file.seekable() if hasattr(file, "seekable") else False
         magic = file.read(len(_NPY_MAGIC))
+        if not isinstance(magic, bytes):
+            raise TypeError(f"{_file_object_name(file)}: read() returned "
+                            f"{type(magic).__name__}, not bytes (open the file in binary mode)")
         if seekable:
             file.seek(-len(magic), 1)
         elif magic:  # what was read is put back in front of the rest

@@ -366,3 +366,9 @@ def test_a_reader_not_opened_from_a_path_cannot_be_pickled(npz):
     with pytest.raises(TypeError, match="not opened from a path"):
         pickle.dumps(mmnpz.load(npz.read_bytes()))
     assert pickle.loads(pickle.dumps(mmnpz.load(npz, None))).mmap_mode is None
+
+
+def test_a_text_mode_file_object_is_refused_clearly(npz):
+    with open(npz, "r", encoding="latin-1") as f:
+        with pytest.raises(TypeError, match="open the file in binary mode"):
+            mmnpz.load(f)
