@@ -29,7 +29,7 @@ struct writer_options {
   bool allow_duplicate_names = false;
   /// The archive comment written by close() (at most 65,535 bytes). Unset: none for a new
   /// archive, and an appended-to archive keeps its own.
-  std::optional<std::string> comment;
+  std::optional<std::string> comment = std::nullopt;
 };
 
 /// Writes a .npz archive of stored (uncompressed) .npy members whose array data is aligned

@@ -99,15 +99,10 @@ class _Source:
             _check_readable(file)
             self.path = _file_object_name(file)
             fd = _regular_fileno(file)
-            if fd is not None:
-                # Mapped: the same file through the descriptor's /proc entry (Linux), which
-                # maps whatever the descriptor refers to, also a deleted or renamed file.
-                try:
-                    self.reader = _mmnpz.Reader(f"/proc/self/fd/{fd}")
-                    self.fd = fd
-                    return
-                except OSError:
-                    pass
+            if fd is not None:  # mapped, also when the file was renamed or deleted
+                self.reader = _mmnpz.Reader.from_descriptor(fd, self.path)
+                self.fd = fd
+                return
             data = _read_whole(file)
             self.memory = data
             self.reader = _mmnpz.Reader.from_bytes(data, self.path)

@@ -284,6 +284,18 @@ void bind_reader(py::module_& m) {
           },
           py::arg("data"), py::arg("display_name") = "<memory>",
           R"(An archive held in memory (copied once); display_name appears in errors.)")
+      .def_static(
+          "from_descriptor",
+          [](int fd, const std::string& display_name) {
+            std::optional<mmnpz::reader> opened;
+            {
+              py::gil_scoped_release nogil;
+              opened.emplace(mmnpz::reader::from_descriptor(fd, display_name));
+            }
+            return std::make_unique<py_reader>(std::move(*opened));
+          },
+          py::arg("fd"), py::arg("display_name"),
+          R"(Maps the regular file open as fd (not kept); display_name appears in errors.)")
       .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
       .def(

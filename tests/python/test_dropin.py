@@ -372,3 +372,20 @@ def test_a_text_mode_file_object_is_refused_clearly(npz):
     with open(npz, "r", encoding="latin-1") as f:
         with pytest.raises(TypeError, match="open the file in binary mode"):
             mmnpz.load(f)
+
+
+def test_errors_from_a_file_object_name_its_file(tmp_path, npz):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    with open(bad, "rb") as f:
+        with pytest.raises(mmnpz.FormatError) as e:
+            mmnpz.load(f)
+    assert e.value.path == str(bad) and str(bad) in str(e.value)
+
+
+def test_a_file_object_stays_readable_after_its_file_is_deleted(tmp_path, arrays):
+    path = tmp_path / "gone.npz"
+    np.savez(path, **arrays)
+    with open(path, "rb") as f:
+        os.unlink(path)
+        assert_same_array(mmnpz.load(f)["a"], arrays["a"])
