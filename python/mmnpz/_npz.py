@@ -675,13 +675,16 @@ class NpzWriter:
         if mode not in ("x", "w", "a"):
             raise ValueError(f"mode must be 'x', 'w' or 'a', not {mode!r}")
         if comment is not None:
-            if isinstance(comment, str):
-                raise TypeError("comment must be bytes, not str (encode it)")
+            if not isinstance(comment, (bytes, bytearray, memoryview)):
+                raise TypeError(f"comment must be bytes, not {type(comment).__name__} (savez "
+                                "and savez_compressed take no array named 'comment')")
             comment = bytes(comment)
-        if compresslevel is not None and (isinstance(compresslevel, bool)
+        if compresslevel is not None and (not isinstance(compresslevel, int)
+                                          or isinstance(compresslevel, bool)
                                           or not -1 <= compresslevel <= 9):
-            raise ValueError(f"compresslevel must be None or from 0 to 9 (-1: zlib's default), "
-                             f"not {compresslevel!r}")
+            raise ValueError("compresslevel must be None or an int from 0 to 9 (-1: zlib's "
+                             f"default), not {compresslevel!r} (savez_compressed takes no "
+                             "array named 'compresslevel')")
         self._level = compresslevel
         self._writer = _mmnpz.Writer(_core.path(file), mode, align, allow_duplicate_names,
                                      comment)

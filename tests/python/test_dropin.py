@@ -389,3 +389,12 @@ def test_a_file_object_stays_readable_after_its_file_is_deleted(tmp_path, arrays
     with open(path, "rb") as f:
         os.unlink(path)
         assert_same_array(mmnpz.load(f)["a"], arrays["a"])
+
+
+def test_an_array_passed_as_comment_or_compresslevel_is_refused_not_written(tmp_path):
+    with pytest.raises(TypeError, match="no array named 'comment'"):
+        mmnpz.savez(tmp_path / "a.npz", comment=np.arange(3))
+    with pytest.raises(ValueError, match="no array named 'compresslevel'"):
+        mmnpz.savez_compressed(tmp_path / "b.npz", compresslevel=np.arange(3))
+    with pytest.raises(TypeError, match="comment must be bytes, not str"):
+        mmnpz.NpzWriter(tmp_path / "c.npz", comment="text")
