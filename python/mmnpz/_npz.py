@@ -549,29 +549,30 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
             return _load_other(file, npy, lambda: NpzReader(file, mmap_mode, **npz))
         return NpzReader(file, mmap_mode, **npz)
     path = _core.path(file)
-    with open(path, "rb") as f:
-        magic = f.read(len(_NPY_MAGIC))
-        f.seek(0)
-        if magic == _NPY_MAGIC:
-            if mmap_mode is None:
-                return _load_npy(f, **npy)
-        elif not magic.startswith(_ZIP_MAGICS):
-            return _load_other(f, npy, lambda: NpzReader(path, mmap_mode, **npz))
-    if magic == _NPY_MAGIC:
-        return _load_npy(path, **npy)
-    return NpzReader(path, mmap_mode, **npz)
+    try:
+        return NpzReader(path, mmap_mode, **npz)  # an archive: opened without a look first
+    except _mmnpz.FormatError:
+        with open(path, "rb") as f:
+            magic = f.read(len(_NPY_MAGIC))
+            f.seek(0)
+            if magic == _NPY_MAGIC:
+                return _load_npy(path if mmap_mode else f, **npy)
+            if not npy["allow_pickle"] or magic.startswith(_ZIP_MAGICS):
+                raise
+            return _load_other(f, npy, None)
 
 
 def _load_other(fid, npy, open_zip):
     """Neither ZIP nor .npy magic: a ZIP archive after leading bytes (a self-extracting
     archive), else, as numpy does, a pickle when allow_pickle."""
     start = fid.tell()
-    try:
-        return open_zip()
-    except _mmnpz.FormatError:
-        if not npy["allow_pickle"]:
-            raise
-    fid.seek(start)
+    if open_zip is not None:
+        try:
+            return open_zip()
+        except _mmnpz.FormatError:
+            if not npy["allow_pickle"]:
+                raise
+        fid.seek(start)
     try:
         return pickle.load(fid, **npy["pickle_kwargs"])
     except Exception as e:
