@@ -398,3 +398,16 @@ def test_an_array_passed_as_comment_or_compresslevel_is_refused_not_written(tmp_
         mmnpz.savez_compressed(tmp_path / "b.npz", compresslevel=np.arange(3))
     with pytest.raises(TypeError, match="comment must be bytes, not str"):
         mmnpz.NpzWriter(tmp_path / "c.npz", comment="text")
+
+
+def test_an_archive_after_other_data_in_a_file_object_reads_as_numpy_reads_it(tmp_path, npz,
+                                                                              arrays):
+    path = tmp_path / "prefixed.bin"
+    path.write_bytes(b"some header of another format\n" + npz.read_bytes())
+    with open(path, "rb") as f:
+        f.seek(len(b"some header of another format\n"))
+        want = np.load(f)
+        f.seek(len(b"some header of another format\n"))
+        reader = mmnpz.load(f)
+        for name in arrays:
+            assert_same_array(reader[name], want[name])
