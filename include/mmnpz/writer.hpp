@@ -84,8 +84,7 @@ class writer {
 
   /// Writes a member that is not a .npy array under exactly `name`, as write_bytes() does,
   /// but deflated at zlib `level` like write_deflated().
-  void write_bytes_deflated(std::string_view name, const void* data, std::size_t n,
-                            int level = -1);
+  void write_bytes_deflated(std::string_view name, const void* data, std::size_t n, int level = -1);
 
   /// Starts a member whose bytes arrive in pieces (arrays larger than memory). The member is
   /// committed by stream::commit() once exactly nbytes arrived.

@@ -331,11 +331,11 @@ view for a stored array, None for other members (deflated, not .npy, pickled).)"
           R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
 mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
       .def(
-          "limit_header",
-          [](py_reader& p, std::uint64_t n) { p.max_header = n; }, py::arg("max_header_size"),
+          "limit_header", [](py_reader& p, std::uint64_t n) { p.max_header = n; },
+          py::arg("max_header_size"),
           R"(lookup() gives None instead of a view for arrays whose header is longer.)")
       .def("header_length", &py_reader::header_length, py::arg("index"),
-          R"(The length of an array member's .npy header after its magic, version and length
+           R"(The length of an array member's .npy header after its magic, version and length
 field (what numpy compares with max_header_size).)")
       .def(
           "bytes",

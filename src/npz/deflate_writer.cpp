@@ -49,10 +49,9 @@ deflated deflate_parts(const std::string& path, std::string_view name, int level
   std::uint64_t total = 0;
   for (const input& p : parts) total += p.n;
   // deflateBound is exact enough to make one allocation in the common case.
-  out.bytes.resize(static_cast<std::size_t>(
-      std::min<std::uint64_t>(deflateBound(&z, static_cast<uLong>(std::min<std::uint64_t>(
-                                                     total, ULONG_MAX))),
-                              total + (total >> 10) + 1024)));
+  out.bytes.resize(static_cast<std::size_t>(std::min<std::uint64_t>(
+      deflateBound(&z, static_cast<uLong>(std::min<std::uint64_t>(total, ULONG_MAX))),
+      total + (total >> 10) + 1024)));
   std::size_t produced = 0;
   const auto run = [&](int flush) {
     int rc = Z_OK;
@@ -63,23 +62,26 @@ deflated deflate_parts(const std::string& path, std::string_view name, int level
       z.avail_out = static_cast<uInt>(room);
       rc = deflate(&z, flush);
       produced += room - z.avail_out;
-    } while (rc != Z_STREAM_END && (z.avail_in != 0 || z.avail_out == 0 ||
-                                    (flush == Z_FINISH && rc == Z_OK)));
+      // Again while output room ran out, or input or the end is pending; never after an
+      // error (returned, and refused by the caller at the end).
+    } while ((rc == Z_OK || rc == Z_BUF_ERROR) &&
+             (z.avail_out == 0 || (rc == Z_OK && (z.avail_in != 0 || flush == Z_FINISH))));
     return rc;
   };
+  int rc = Z_OK;
   for (const input& p : parts) {
     out.crc = detail::crc32(out.crc, p.data, p.n);
-    for (std::size_t done = 0; done < p.n;) {
+    for (std::size_t done = 0; done < p.n && rc != Z_STREAM_ERROR;) {
       const std::size_t k = std::min(deflate_piece, p.n - done);
       z.next_in = const_cast<Bytef*>(p.data + done);
       z.avail_in = static_cast<uInt>(k);
-      run(Z_NO_FLUSH);
+      rc = run(Z_NO_FLUSH);
       done += k;
     }
   }
   z.next_in = nullptr;
   z.avail_in = 0;
-  const int rc = run(Z_FINISH);
+  if (rc != Z_STREAM_ERROR) rc = run(Z_FINISH);
   deflateEnd(&z);
   if (rc != Z_STREAM_END) {
     throw errors::invalid_argument(path, name, error::no_offset, "zlib could not deflate the data");

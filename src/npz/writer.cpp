@@ -338,7 +338,8 @@ writer::writer(const std::string& path, writer_options options) : p_(std::make_u
   }
   if (options.comment && options.comment->size() > 0xFFFF) {
     throw errors::invalid_argument(path, {}, error::no_offset,
-                                   "the archive comment is " + std::to_string(options.comment->size()) +
+                                   "the archive comment is " +
+                                       std::to_string(options.comment->size()) +
                                        " bytes; a ZIP comment holds at most 65,535");
   }
   int flags = O_RDWR | O_CLOEXEC | O_CREAT;
