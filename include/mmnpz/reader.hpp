@@ -69,6 +69,11 @@ class reader {
   static reader from_bytes(const void* data, std::size_t size,
                            std::string display_name = "<memory>");
 
+  /// Maps the regular file open as `fd` (a file object's descriptor), whole, from its start;
+  /// the descriptor is neither kept nor closed. `display_name` stands for the path in errors
+  /// and path(). Throws as reader(path) does.
+  static reader from_descriptor(int fd, std::string display_name);
+
   /// The path given to the constructor (or from_bytes()'s display name).
   const std::string& path() const;
   /// Number of central-directory entries (duplicates counted).

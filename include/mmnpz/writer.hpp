@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,9 @@ struct writer_options {
   /// close() also fsync(2)s the file and, for a new or replaced file, its directory, so
   /// that the archive survives a power failure once close() returns.
   bool durable = false;
+  /// The archive comment written by close() (at most 65,535 bytes). Unset: none for a new
+  /// archive, and an appended-to archive keeps its own.
+  std::optional<std::string> comment = std::nullopt;
 };
 
 /// Writes a .npz archive of stored (uncompressed) .npy members whose array data is aligned
@@ -115,6 +119,18 @@ class writer {
   /// nothing appended, its data aligned like arrays'. Refused like write() for a bad name.
   void write_bytes(std::string_view name, const void* data, std::size_t n);
 
+  /// Writes a whole array as write() does, but deflated (ZIP method 8) at zlib `level` (0 to 9,
+  /// or -1 for zlib's default, 6), as numpy.savez_compressed does. The member is compressed in
+  /// memory before it is written, and its data is not aligned (it cannot be mapped anyway).
+  /// Refused like write(), and errc::invalid_argument for a level out of range.
+  void write_deflated(std::string_view name, const void* data, const dtype& type,
+                      const std::vector<std::uint64_t>& shape, bool fortran_order = false,
+                      int level = -1);
+
+  /// Writes a member that is not a .npy array under exactly `name`, as write_bytes() does,
+  /// but deflated at zlib `level` like write_deflated().
+  void write_bytes_deflated(std::string_view name, const void* data, std::size_t n, int level = -1);
+
   /// Starts a member whose bytes arrive in pieces (arrays larger than memory). The member is
   /// committed by stream::commit() once exactly nbytes arrived.
   stream begin(std::string_view name, const dtype& type, const std::vector<std::uint64_t>& shape,
@@ -137,6 +153,10 @@ class writer {
 
  private:
   struct impl;
+  // Writes member `name` + `suffix` whose encoded bytes (`method`: stored or deflated) are
+  // `payload`, of CRC-32 `crc` and `uncompressed` bytes once decoded (write_deflated()).
+  void write_encoded(std::string_view name, std::string_view suffix, std::uint16_t method,
+                     const std::string& payload, std::uint32_t crc, std::uint64_t uncompressed);
   std::unique_ptr<impl> p_;
 };
 

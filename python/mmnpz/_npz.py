@@ -1,11 +1,20 @@
-"""Reading and writing .npz archives: NpzReader (mmnpz.load), NpzWriter, savez and recover."""
+"""Reading and writing .npz archives: NpzReader, load (also .npy files, file objects and bytes,
+as numpy.load), NpzWriter, savez, savez_compressed and recover."""
 
 import collections
 import collections.abc
 import io
+import mmap
 import os
+import pickle
+import shutil
+import stat
+import tempfile
 import threading
 import warnings
+import weakref
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -13,7 +22,14 @@ from . import _core, _mmnpz
 
 __all__ = [
     "InterruptedAppendWarning", "MemberInfo", "NpzReader", "NpzWriter", "load", "recover", "savez",
+    "savez_compressed",
 ]
+
+_MMAP_MODES = ("r", "c", "r+", None)
+#: numpy's default max_header_size (numpy.lib.format._MAX_HEADER_SIZE).
+_MAX_HEADER_SIZE = 10000
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 class InterruptedAppendWarning(UserWarning):
@@ -33,8 +49,196 @@ alignment (the largest power of two up to 65536 dividing offset) are None unless
 the data is stored. compressed is True for deflated members."""
 
 
-def _reopen(cls, path, mmap_mode, cache, preload, allow_pickle):
-    return cls(path, mmap_mode, cache=cache, preload=preload, allow_pickle=allow_pickle)
+def _reopen(cls, path, mmap_mode, cache, preload, allow_pickle, *numpy_options):
+    max_header_size, encoding, fix_imports = numpy_options or (_MAX_HEADER_SIZE, "ASCII", True)
+    return cls(path, mmap_mode, cache=cache, preload=preload, allow_pickle=allow_pickle,
+               max_header_size=max_header_size, encoding=encoding, fix_imports=fix_imports)
+
+
+def _check_numpy_options(mmap_mode, encoding):
+    if mmap_mode not in _MMAP_MODES:
+        raise ValueError(f"mmap_mode must be 'r', 'c', 'r+' or None, not {mmap_mode!r}")
+    if encoding not in ("ASCII", "latin1", "bytes"):
+        # numpy's check and message
+        raise ValueError("encoding must be 'ASCII', 'latin1', or 'bytes'")
+
+
+def _file_object_name(fileobj):
+    name = getattr(fileobj, "name", None)
+    return os.fsdecode(name) if isinstance(name, (str, bytes)) else f"<{type(fileobj).__name__}>"
+
+
+def _check_readable(fileobj):
+    readable = getattr(fileobj, "readable", None)
+    if readable is not None and not readable():
+        raise io.UnsupportedOperation(
+            f"{_file_object_name(fileobj)}: the file object is not open for reading")
+
+
+def _regular_fileno(fileobj):
+    """The descriptor of a file object over a seekable regular file, or None."""
+    try:
+        fd = fileobj.fileno()
+        seekable = fileobj.seekable() if hasattr(fileobj, "seekable") else True
+        return fd if seekable and stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _is_data(file):
+    """True when `file` is an archive or .npy in memory rather than a path (bytes that start
+    with a ZIP or .npy magic; any bytearray or memoryview)."""
+    if isinstance(file, (bytearray, memoryview)):
+        return True
+    return isinstance(file, bytes) and file.startswith(_ZIP_MAGICS + (_NPY_MAGIC,))
+
+
+class _Source:
+    """Where an archive comes from: the C++ reader, the display path, the file to map
+    writable ("c", "r+"), and what a pickle of the reader carries."""
+
+    def __init__(self, file, mmap_mode):
+        self.fd = None         # a descriptor to map for "c" and "r+", owned by the caller
+        self.memory = None     # the archive's bytes when it was given in memory
+        self.reopen = None     # what pickling carries (a path), or None when it cannot
+        if _is_data(file):
+            self.memory = memoryview(file).cast("B") if not isinstance(file, bytes) else file
+            self.path = "<memory>"
+            self.reader = _mmnpz.Reader.from_bytes(self.memory)
+            return
+        if hasattr(file, "read") or hasattr(file, "fileno"):
+            _check_readable(file)
+            self.path = _file_object_name(file)
+            fd = _regular_fileno(file)
+            if fd is not None:  # mapped, also when the file was renamed or deleted
+                self.reader = _mmnpz.Reader.from_descriptor(fd, self.path)
+                self.fd = fd
+                return
+            data = _read_whole(file)
+            self.memory = data
+            self.reader = _mmnpz.Reader.from_bytes(data, self.path)
+            return
+        self.path = _core.path(file)
+        self.reopen = self.path
+        self.reader = _mmnpz.Reader(self.path)
+
+    def writable_mapping(self, mmap_mode):
+        """The buffer views are made from in "c" and "r+" modes."""
+        if self.memory is not None:
+            if mmap_mode == "r+":
+                raise ValueError(f"{self.path}: 'r+' needs a file to write into; the archive "
+                                 "was given in memory")
+            return bytearray(self.memory)  # "c": a private copy
+        access = mmap.ACCESS_WRITE if mmap_mode == "r+" else mmap.ACCESS_COPY
+        if self.fd is not None:
+            try:
+                return mmap.mmap(self.fd, 0, access=access)
+            except PermissionError as e:
+                raise PermissionError(e.errno, "'r+' needs the file object open for reading "
+                                      "and writing ('r+b')", self.path) from None
+        flags = os.O_RDWR if mmap_mode == "r+" else os.O_RDONLY
+        fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0))
+        try:
+            return mmap.mmap(fd, 0, access=access)  # holds its own descriptor
+        finally:
+            os.close(fd)
+
+
+def _read_whole(fileobj):
+    """The whole archive of a file object without a usable descriptor: from its start when it
+    is seekable (zipfile does the same), else what remains."""
+    try:
+        if fileobj.seekable():
+            fileobj.seek(0)
+    except (AttributeError, OSError):
+        pass
+    data = fileobj.read()
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"{_file_object_name(fileobj)}: read() returned "
+                        f"{type(data).__name__}, not bytes (open the file in binary mode)")
+    return bytes(data)
+
+
+def _memmap_of(buffer, shape, dtype, offset, fortran_order, mode, filename):
+    """A numpy.memmap of `dtype` and `shape` at `offset` in `buffer` (an mmap or bytearray),
+    as numpy.memmap would make it."""
+    array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=buffer, offset=offset,
+                               order="F" if fortran_order else "C")
+    array._mmap = buffer if isinstance(buffer, mmap.mmap) else None
+    array.filename, array.offset, array.mode = filename, offset, mode
+    return array
+
+
+def _central_crc_offsets(buf, count):
+    """The offset of the CRC-32 field of each central-directory entry, in order."""
+    with _Reader(buf) as fp:
+        end = zipfile._EndRecData(fp)
+    if end is None:
+        raise ValueError("the archive's end record is gone")
+    cd_size, cd_offset = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]
+    concat = end[zipfile._ECD_LOCATION] - cd_size - cd_offset
+    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
+        concat -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+    pos, offsets = cd_offset + concat, []
+    for _ in range(count):
+        if buf[pos:pos + 4] != b"PK\x01\x02":
+            raise ValueError(f"no central directory entry at offset {pos}")
+        offsets.append(pos + 16)
+        n, m, k = (int.from_bytes(buf[pos + i:pos + i + 2], "little") for i in (28, 30, 32))
+        pos += 46 + n + m + k
+    return offsets
+
+
+class _Reader(io.RawIOBase):
+    """A seekable read-only file over a buffer, for zipfile's end-record search."""
+
+    def __init__(self, buf):
+        self._buf, self._pos = memoryview(buf), 0
+
+    def readable(self):
+        return True
+
+    def close(self):
+        self._buf.release()
+        super().close()
+
+    def seekable(self):
+        return True
+
+    def seek(self, pos, whence=0):
+        self._pos = max(0, pos + (0, self._pos, len(self._buf))[whence])
+        return self._pos
+
+    def tell(self):
+        return self._pos
+
+    def readinto(self, b):
+        chunk = self._buf[self._pos:self._pos + len(b)]
+        b[:len(chunk)] = chunk
+        self._pos += len(chunk)
+        return len(chunk)
+
+
+def _update_crcs(state):
+    """After writes through 'r+' views: the CRC-32 of every stored member handed out is
+    computed again and, where it changed, written into its local header and directory entry,
+    so that numpy, zipfile and verify() read the archive as it now is."""
+    buf, members, count = state["mapping"], state["members"], state["count"]
+    if buf is None or not members or buf.closed:
+        return
+    cd_offsets = None
+    for index, (start, size, crc_at, old) in list(members.items()):
+        with memoryview(buf) as whole:
+            crc = zlib.crc32(whole[start:start + size])
+        if crc == old:
+            continue
+        if cd_offsets is None:
+            cd_offsets = _central_crc_offsets(buf, count)
+        field = crc.to_bytes(4, "little")
+        buf[crc_at:crc_at + 4] = field
+        buf[cd_offsets[index]:cd_offsets[index] + 4] = field
+        members[index] = (start, size, crc_at, crc)
+    buf.flush()
 
 
 class _BagObj:
@@ -54,28 +258,49 @@ class _BagObj:
 
 
 class NpzReader(collections.abc.Mapping):
-    """A memory-mapped .npz archive; also available as ``mmnpz.load``.
+    """A memory-mapped .npz archive; ``mmnpz.load`` opens one (and also reads .npy files).
 
     Opening maps the file once and parses the ZIP central directory only (without the GIL).
-    Items are decoded on first access: stored ``.npy`` members are read-only ``numpy.memmap``
-    views sharing memory with ``self.mmap`` (nothing is copied), deflated ones ordinary arrays,
-    others ``bytes``. Keys are member names with or without ``.npy``; when names repeat, the
-    last one wins. Arrays stay valid after ``close()`` and after the reader is gone.
+    Items are decoded on first access. Keys are member names with or without ``.npy``; when
+    names repeat, the last one wins. Arrays stay valid after ``close()`` and after the reader
+    is gone. Members that are not ``.npy`` are ``bytes``.
 
-    :param file: path (``str`` or ``os.PathLike``)
-    :param mmap_mode: ``"r"``, or ``None`` (numpy's default): both map read-only
-    :param cache: keep every item loaded in ``self.arrays`` and return it again
+    :param file: a path (``str``, ``bytes`` or ``os.PathLike``); a binary file object (mapped
+        through its descriptor when it is a regular file, else read whole); or the archive
+        itself as ``bytes`` (starting with the ZIP magic), ``bytearray`` or ``memoryview``
+        (copied once)
+    :param mmap_mode: what stored arrays are, as in ``numpy.load``: ``"r"`` (the default)
+        read-only ``numpy.memmap`` views sharing memory with ``self.mmap`` (nothing copied);
+        ``None`` ordinary writable arrays, a new copy at every access (numpy's default);
+        ``"c"`` writable copy-on-write memmaps whose writes never reach the file; ``"r+"``
+        memmaps that write into the stored member in the file, whose CRC-32s are brought up
+        to date by ``flush()``, ``close()`` and when the reader is collected. Deflated arrays
+        are writable copies (refused with ``"r+"``, which cannot write them back).
+    :param cache: keep every item loaded in ``self.arrays`` and return it again (not with
+        ``mmap_mode=None``, which copies at every access as numpy does)
     :param preload: load every item now (pickled object arrays only with ``allow_pickle``)
     :param allow_pickle: load pickled object arrays (as numpy does; never do this with
-        untrusted files)
+        untrusted files); also lifts ``max_header_size``, as in numpy
+    :param max_header_size: refuse .npy headers longer than this (numpy's ``ValueError``)
+    :param encoding: for pickles written by Python 2: ``"ASCII"``, ``"latin1"`` or ``"bytes"``
+    :param fix_imports: for pickles written by Python 2, as ``pickle.load`` takes it
     """
 
-    def __init__(self, file, mmap_mode="r", *, cache=True, preload=False, allow_pickle=False):
-        if mmap_mode not in ("r", None):
-            raise ValueError(f"mmap_mode must be 'r' (read-only) or None, not {mmap_mode!r}")
-        self._path = _core.path(file)
-        self._options = (mmap_mode, bool(cache), bool(preload), bool(allow_pickle))
-        self._reader = _mmnpz.Reader(self._path)
+    def __init__(self, file, mmap_mode="r", *, cache=True, preload=False, allow_pickle=False,
+                 max_header_size=_MAX_HEADER_SIZE, encoding="ASCII", fix_imports=True):
+        _check_numpy_options(mmap_mode, encoding)
+        source = _Source(file, mmap_mode)
+        self._source = source
+        self._path = source.path
+        self._pickle_path = source.reopen
+        self._options = (mmap_mode, bool(cache), bool(preload), bool(allow_pickle),
+                         max_header_size, encoding, bool(fix_imports))
+        self._mode = mmap_mode
+        self._max_header_size = max_header_size
+        self._pickle_kwargs = {"encoding": encoding, "fix_imports": bool(fix_imports)}
+        self._reader = source.reader
+        if not allow_pickle:  # numpy lifts the limit for trusted files
+            self._reader.limit_header(min(max(int(max_header_size), 0), 1 << 62))
         if self._reader.was_interrupted:
             warnings.warn(
                 f"{self._path}: an interrupted append left {self._reader.bytes_after_archive} "
@@ -83,16 +308,28 @@ class NpzReader(collections.abc.Mapping):
                 f"append. `mmnpz recover {self._path}` restores the appended members.",
                 InterruptedAppendWarning, stacklevel=2)
         whole = np.frombuffer(self._reader.mapping(), dtype=np.uint8).view(np.memmap)
-        whole.filename, whole.offset, whole.mode = os.path.abspath(self._path), 0, "r"
+        whole.filename = os.path.abspath(self._path) if source.reopen else self._path
+        whole.offset, whole.mode = 0, "r"
         #: A read-only uint8 ``numpy.memmap`` of the whole file.
         self.mmap = whole
         self._reader.configure(whole)
+        #: The archive comment (``b""`` when there is none).
+        self.comment = self._reader.comment
+        self._writable = None  # the mapping "c" and "r+" views are made from
+        self._crc_state = None
+        self._finalizer = None
+        if mmap_mode in ("c", "r+"):
+            self._writable = source.writable_mapping(mmap_mode)
+            if mmap_mode == "r+":
+                self._crc_state = {"mapping": self._writable, "members": {},
+                                   "count": len(self._reader)}
+                self._finalizer = weakref.finalize(self, _update_crcs, self._crc_state)
         #: Member names with ``.npy`` removed, in archive order (numpy's ``files``).
         self.files = self._reader.names()
         #: Items loaded so far (all of them with ``preload``), by name.
         self.arrays = {}
         self.allow_pickle = bool(allow_pickle)
-        self._cache = bool(cache)
+        self._cache = bool(cache) and mmap_mode is not None
         self._by_key = {}
         self._by_index = {}
         #: Attribute access to members: ``reader.f.x`` is ``reader["x"]``.
@@ -108,6 +345,11 @@ class NpzReader(collections.abc.Mapping):
         """The archive's path, as a ``str``."""
         return self._path
 
+    @property
+    def mmap_mode(self):
+        """How members are given: ``"r"``, ``"c"``, ``"r+"`` or None, as numpy's ``mmap_mode``."""
+        return self._mode
+
     def _open_reader(self):
         if self._reader is None:
             raise ValueError(f"{self._path}: the reader is closed")
@@ -119,34 +361,79 @@ class NpzReader(collections.abc.Mapping):
             raise KeyError(f"{key} is not a file in the archive")
         return index
 
-    def _item(self, index):
+    def _check_header(self, index):
+        # numpy reads every header with max_header_size, lifted by allow_pickle.
+        if not self._header_allowed(index):
+            length = self._reader.header_length(index)
+            raise ValueError(
+                f"Header info length ({length}) is large and may not be safe to load "
+                "securely.\nTo allow loading, adjust `max_header_size` or fully trust the "
+                "`.npy` file using `allow_pickle=True`.\nFor safety against large resource "
+                "use or crashes, sandboxing may be necessary.")
+
+    def _item(self, index, view=None):
+        """Member `index` as mmap_mode makes it; `view` is its read-only memmap when the
+        caller has it already."""
         reader = self._reader
         info = reader.array(index)
         kind = info[0]
         if kind == "bytes":
             return reader.bytes(index)
+        self._check_header(index)
         if kind == "object":
             if not self.allow_pickle:
                 raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
-            return np.lib.format.read_array(io.BytesIO(reader.bytes(index)), allow_pickle=True)
-        _, descr, shape, fortran_order, _, _, inflated = info
-        if inflated is None:
-            return reader.view(index)  # a memmap based on self.mmap
-        # numpy gives writable arrays for deflated members: copy out of the shared cache.
+            return np.lib.format.read_array(io.BytesIO(reader.bytes(index)), allow_pickle=True,
+                                            pickle_kwargs=self._pickle_kwargs)
+        _, descr, shape, fortran_order, offset, _, inflated = info
         order = "F" if fortran_order else "C"
-        return np.ndarray(shape, _core.dtype(descr), buffer=inflated, order=order).copy(order="K")
+        if inflated is not None:
+            if self._mode == "r+":
+                raise ValueError(f"{self._path}: 'r+' cannot write into deflated member "
+                                 f"{reader.member(index)['name']!r}")
+            # numpy gives writable arrays for deflated members: copy out of the shared cache.
+            return np.ndarray(shape, _core.dtype(descr), buffer=inflated,
+                              order=order).copy(order="K")
+        if self._mode is None:
+            return np.array(view if view is not None else reader.view(index), order="K")
+        if self._mode == "r":
+            return view if view is not None else reader.view(index)
+        if self._mode == "r+":
+            self._track(index)
+        return _memmap_of(self._writable, shape, _core.dtype(descr), offset, fortran_order,
+                          self._mode, self.mmap.filename)
+
+    def _track(self, index):
+        """Notes a stored member handed out writable, for the CRC-32 update."""
+        members = self._crc_state["members"]
+        if index in members:
+            return
+        member = self._reader.member(index)
+        if member["flags"] & 0x8:
+            raise ValueError(f"{self._path}: 'r+' cannot update member {member['name']!r}: its "
+                             "CRC-32 is in a data descriptor after its data")
+        local = member["local_header_offset"]
+        head = self.mmap[local:local + 30].tobytes()
+        start = (local + 30 + int.from_bytes(head[26:28], "little")
+                 + int.from_bytes(head[28:30], "little"))
+        members[index] = (start, member["uncompressed_size"], local + 14, member["crc32"])
 
     def _lookup(self, key):
         """(index, item): one call to the core finds, decodes and maps stored arrays."""
         found = self._open_reader().lookup(key)
         if found is None:
             raise KeyError(f"{key} is not a file in the archive")
-        index, item = found
-        if item is None:  # deflated, not .npy, or pickled
-            item = self._by_index.get(index)
-            if item is None:
-                item = self._item(index)
+        index, view = found
+        if view is not None and self._mode == "r":
+            return index, view  # the fast path (the core checked max_header_size)
+        item = self._by_index.get(index) if self._cache else None
+        if item is None:
+            item = self._item(index, view)
         return index, item
+
+    def _header_allowed(self, index):
+        return (self.allow_pickle or self._max_header_size >= (1 << 24)
+                or self._reader.header_length(index) <= self._max_header_size)
 
     def load(self, name):
         """The item ``name``, loaded now and not cached."""
@@ -167,7 +454,6 @@ class NpzReader(collections.abc.Mapping):
         self.arrays[self.files[index]] = item
         self._by_key[key] = item
         return item
-
     def __contains__(self, key):
         reader = self._open_reader()
         return isinstance(key, str) and reader.find(key) is not None
@@ -206,8 +492,21 @@ class NpzReader(collections.abc.Mapping):
         reader.verify_one(self._index(name))
         return None
 
+    def flush(self):
+        """With ``mmap_mode="r+"``: writes what views changed to the file and brings the CRC-32
+        of every member handed out up to date (numpy, zipfile and ``verify()`` check them).
+        Does nothing in other modes."""
+        if self._crc_state is not None:
+            _update_crcs(self._crc_state)
+
     def close(self):
-        """Releases the reader's reference to the mapping; arrays already loaded stay valid."""
+        """Releases the reader's reference to the mapping; arrays already loaded stay valid
+        (with ``"r+"``, first flushes; later writes through its views reach the file, but
+        their CRC-32s are not updated)."""
+        if self._finalizer is not None:
+            self._finalizer()  # flushes, once
+        self._source = None
+        self._writable = None
         self._reader = None
         self.mmap = None
         self.arrays = {}
@@ -222,6 +521,9 @@ class NpzReader(collections.abc.Mapping):
 
     def __reduce__(self):
         # Pickles (for multiprocessing and DataLoader workers) carry the path, not the data.
+        if self._pickle_path is None:
+            raise TypeError(f"a reader of {self._path} cannot be pickled: it was not opened "
+                            "from a path")
         return _reopen, (type(self), self._path) + self._options
 
     def __repr__(self):
@@ -229,7 +531,100 @@ class NpzReader(collections.abc.Mapping):
         return f"<mmnpz.NpzReader {self._path!r}, {state}>"
 
 
-load = NpzReader
+def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="ASCII", *,
+         max_header_size=_MAX_HEADER_SIZE, cache=True, preload=False):
+    """``numpy.load`` for .npz archives (an :class:`NpzReader`, memory-mapped) and .npy files,
+    with numpy's arguments and their meaning (see :class:`NpzReader`). A .npy file gives what
+    ``numpy.load`` gives: with a ``mmap_mode`` a ``numpy.memmap`` (also from a file object
+    with a descriptor, which numpy refuses), with ``None`` an ordinary array. ``file`` is a
+    path, a binary file object (read from its current position, as numpy does; an archive is
+    then read whole, as zipfile does), or the contents as ``bytes`` (starting with the ZIP or
+    .npy magic), ``bytearray`` or ``memoryview``. Unlike numpy, ``mmap_mode`` defaults to
+    ``"r"``: pass ``None`` for numpy's copies."""
+    _check_numpy_options(mmap_mode, encoding)
+    npy = dict(mmap_mode=mmap_mode, allow_pickle=bool(allow_pickle),
+               pickle_kwargs={"encoding": encoding, "fix_imports": bool(fix_imports)},
+               max_header_size=max_header_size)
+    npz = dict(cache=cache, preload=preload, allow_pickle=allow_pickle,
+               max_header_size=max_header_size, encoding=encoding, fix_imports=fix_imports)
+    if _is_data(file):
+        if bytes(file[:len(_NPY_MAGIC)]) == _NPY_MAGIC:
+            return _load_npy(io.BytesIO(file), **npy)
+        return NpzReader(file, mmap_mode, **npz)
+    if hasattr(file, "read"):
+        _check_readable(file)
+        seekable = file.seekable() if hasattr(file, "seekable") else False
+        magic = file.read(len(_NPY_MAGIC))
+        if not isinstance(magic, bytes):
+            raise TypeError(f"{_file_object_name(file)}: read() returned "
+                            f"{type(magic).__name__}, not bytes (open the file in binary mode)")
+        if seekable:
+            file.seek(-len(magic), 1)
+        elif magic:  # what was read is put back in front of the rest
+            file = io.BytesIO(magic + file.read())
+        if magic == _NPY_MAGIC:
+            return _load_npy(file, **npy)
+        if not magic.startswith(_ZIP_MAGICS):
+            return _load_other(file, npy, lambda: NpzReader(file, mmap_mode, **npz))
+        return NpzReader(file, mmap_mode, **npz)
+    path = _core.path(file)
+    try:
+        return NpzReader(path, mmap_mode, **npz)  # an archive: opened without a look first
+    except _mmnpz.FormatError:
+        with open(path, "rb") as f:
+            magic = f.read(len(_NPY_MAGIC))
+            f.seek(0)
+            if magic == _NPY_MAGIC:
+                return _load_npy(path if mmap_mode else f, **npy)
+            if not npy["allow_pickle"] or magic.startswith(_ZIP_MAGICS):
+                raise
+            return _load_other(f, npy, None)
+
+
+def _load_other(fid, npy, open_zip):
+    """Neither ZIP nor .npy magic: a ZIP archive after leading bytes (a self-extracting
+    archive), else, as numpy does, a pickle when allow_pickle."""
+    start = fid.tell()
+    if open_zip is not None:
+        try:
+            return open_zip()
+        except _mmnpz.FormatError:
+            if not npy["allow_pickle"]:
+                raise
+        fid.seek(start)
+    try:
+        return pickle.load(fid, **npy["pickle_kwargs"])
+    except Exception as e:
+        raise pickle.UnpicklingError(f"Failed to interpret file {_file_object_name(fid)!r} "
+                                     "as a pickle") from e
+
+
+def _load_npy(file, mmap_mode, allow_pickle, pickle_kwargs, max_header_size):
+    """A .npy file (a path, or a file object at its start) as numpy.load reads it."""
+    fmt = np.lib.format
+    if isinstance(file, str):
+        # numpy's own memmap of the file: the same type, flags and offset as np.load gives.
+        return fmt.open_memmap(file, mode=mmap_mode,
+                               max_header_size=2**64 if allow_pickle else max_header_size)
+    if mmap_mode is None:
+        return fmt.read_array(file, allow_pickle=allow_pickle, pickle_kwargs=pickle_kwargs,
+                              max_header_size=max_header_size)
+    if _regular_fileno(file) is not None:
+        version = fmt.read_magic(file)
+        shape, fortran_order, dtype = fmt._read_array_header(
+            file, version, max_header_size=2**64 if allow_pickle else max_header_size)
+        if dtype.hasobject:
+            raise ValueError("Array can't be memory-mapped: Python objects in dtype.")
+        return np.memmap(file, dtype=dtype, shape=shape, order="F" if fortran_order else "C",
+                         mode=mmap_mode, offset=file.tell())
+    if mmap_mode == "r+":
+        raise ValueError(f"{_file_object_name(file)}: 'r+' needs a file to write into; the "
+                         ".npy was given in memory")
+    array = fmt.read_array(file, allow_pickle=allow_pickle, pickle_kwargs=pickle_kwargs,
+                           max_header_size=max_header_size)
+    if mmap_mode == "r":
+        array.flags.writeable = False
+    return array
 
 # Writing a strided array copies at most this many bytes at a time.
 _STREAM_CHUNK = 16 << 20
@@ -273,14 +668,24 @@ class _MemberStream:
         self._stream = None  # abandons an uncommitted member
 
 
+def _is_bytes_value(value):
+    return isinstance(value, (bytes, bytearray, memoryview))
+
+
 class NpzWriter:
-    """Writes a .npz archive of stored members whose array data is aligned in the file.
+    """Writes a .npz archive of members whose array data is aligned in the file.
 
     :param file: path (``str`` or ``os.PathLike``)
     :param mode: ``"x"`` create (fails if the file exists), ``"w"`` replace (a new file,
         renamed over an existing one by ``close()``), ``"a"`` append
     :param align: array data starts at a multiple of this many bytes in the file (a power of
         two up to 65536)
+    :param allow_duplicate_names: allow a name already in the archive (readers see the last)
+    :param comment: the archive comment (``bytes``, at most 65,535); when appending, None
+        keeps the archive's own
+    :param compresslevel: None stores members (aligned, mappable); 0 to 9 (or -1, zlib's
+        default) deflates what ``write()`` and ``write_bytes()`` write, as
+        ``numpy.savez_compressed`` does (``begin()`` still stores)
     :param durable: ``close()`` also fsyncs the file and, for a new or replaced one, its
         directory
 
@@ -291,13 +696,26 @@ class NpzWriter:
     shared by threads: its calls take turns.
     """
 
-    def __init__(self, file, mode="x", *, align=64, allow_duplicate_names=False, durable=False):
+    def __init__(self, file, mode="x", *, align=64, allow_duplicate_names=False, durable=False,
+                 comment=None, compresslevel=None):
         if mode not in ("x", "w", "a"):
             raise ValueError(f"mode must be 'x', 'w' or 'a', not {mode!r}")
+        if comment is not None:
+            if not isinstance(comment, (bytes, bytearray, memoryview)):
+                raise TypeError(f"comment must be bytes, not {type(comment).__name__} (savez "
+                                "and savez_compressed take no array named 'comment')")
+            comment = bytes(comment)
+        if compresslevel is not None and (not isinstance(compresslevel, int)
+                                          or isinstance(compresslevel, bool)
+                                          or not -1 <= compresslevel <= 9):
+            raise ValueError("compresslevel must be None or an int from 0 to 9 (-1: zlib's "
+                             f"default), not {compresslevel!r} (savez_compressed takes no "
+                             "array named 'compresslevel')")
+        self._level = compresslevel
         # Held by every call (a strided write and a begun stream span several core calls).
         self._lock = threading.RLock()
         self._writer = _mmnpz.Writer(_core.path(file), mode, align, allow_duplicate_names,
-                                     bool(durable))
+                                     bool(durable), comment)
 
     def _open_writer(self):
         if self._writer is None:
@@ -313,13 +731,24 @@ class NpzWriter:
         return repr(np.lib.format.dtype_to_descr(array.dtype))
 
     def write(self, name, array):
-        """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'``.
-        Contiguous arrays are written from their memory, strided ones in chunks."""
+        """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'``;
+        a ``bytes``, ``bytearray`` or ``memoryview`` value is written as ``write_bytes()``
+        does, under exactly ``name``. Contiguous arrays are written from their memory, strided
+        ones in chunks (a copy when deflating)."""
+        if _is_bytes_value(array):
+            self.write_bytes(name, array)
+            return
         array = np.asanyarray(array)
         descr = self._descr(name, array)
         with self._lock:
             writer = self._open_writer()
-            if array.flags.c_contiguous:
+            if self._level is not None:
+                if not (array.flags.c_contiguous or array.flags.f_contiguous):
+                    array = np.ascontiguousarray(array)
+                fortran = not array.flags.c_contiguous
+                data = _raw_bytes(array.T if fortran else array)
+                writer.write_deflated(name, data, descr, array.shape, fortran, self._level)
+            elif array.flags.c_contiguous:
                 writer.write(name, _raw_bytes(array), descr, array.shape, False)
             elif array.flags.f_contiguous:
                 writer.write(name, _raw_bytes(array.T), descr, array.shape, True)
@@ -329,6 +758,17 @@ class NpzWriter:
                     step = max(1, _STREAM_CHUNK // row_bytes)
                     for start in range(0, array.shape[0], step):
                         stream.write(array[start:start + step])
+
+    def write_bytes(self, name, data):
+        """Writes ``data`` (``bytes``, ``bytearray``, ``memoryview``, any contiguous buffer) as
+        a member of exactly ``name`` (``"meta.json"``), not a .npy; ``load()`` gives it back
+        as ``bytes``."""
+        if not isinstance(name, str):
+            raise TypeError(f"member names must be str, not {type(name).__name__}")
+        data = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        level = -1 if self._level is None else self._level
+        with self._lock:
+            self._open_writer().write_bytes(name, data, self._level is not None, level)
 
     def begin(self, name, dtype, shape, fortran_order=False):
         """Starts a member written in pieces (for arrays larger than memory). Use as a context
@@ -356,21 +796,49 @@ class NpzWriter:
         self.close()
 
 
-def savez(file, *args, **kwds):
-    """Like ``numpy.savez``, with every array's data 64-byte aligned in the file. Positional
-    arrays are named ``arr_0``, ``arr_1``...; ``.npz`` is appended to a name without it."""
-    path = _core.path(file)
-    if not path.endswith(".npz"):
-        path += ".npz"
+def _named_arrays(args, kwds):
     named = dict(kwds)
     for i, array in enumerate(args):
         key = f"arr_{i}"
         if key in named:
             raise ValueError(f"Cannot use un-named variables and keyword {key}")
         named[key] = array
-    with NpzWriter(path, "w") as writer:
+    return named
+
+
+def _save(file, named, compresslevel, comment):
+    if hasattr(file, "write"):
+        # A file object: written to a temporary file, then copied to it (alignment is relative
+        # to where the file object stands).
+        with tempfile.TemporaryDirectory(prefix="mmnpz-") as tmp:
+            path = os.path.join(tmp, "archive.npz")
+            _save(path, named, compresslevel, comment)
+            with open(path, "rb") as f:
+                shutil.copyfileobj(f, file, 1 << 20)
+        return
+    path = _core.path(file)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    with NpzWriter(path, "w", comment=comment, compresslevel=compresslevel) as writer:
         for key, array in named.items():
             writer.write(key, array)
+
+
+def savez(file, *args, comment=None, **kwds):
+    """Like ``numpy.savez``, with every array's data 64-byte aligned in the file. Positional
+    arrays are named ``arr_0``, ``arr_1``...; ``.npz`` is appended to a path without it; a
+    binary file object is written too. ``bytes`` values become members of exactly their name
+    (not 0-d arrays as in numpy). ``comment`` is the archive comment (``bytes``; so no array
+    can be named ``comment``)."""
+    _save(file, _named_arrays(args, kwds), None, comment)
+
+
+def savez_compressed(file, *args, compresslevel=-1, comment=None, **kwds):
+    """Like ``numpy.savez_compressed``: members deflated (zlib level ``compresslevel``, 0 to
+    9, -1 for zlib's default as numpy uses), readable by numpy and any ZIP tool; deflated data
+    cannot be mapped, so ``load()`` inflates it. Arguments as :func:`savez` (no array can be
+    named ``compresslevel`` or ``comment``)."""
+    _save(file, _named_arrays(args, kwds), compresslevel, comment)
 
 
 def recover(file):

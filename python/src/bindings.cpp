@@ -149,11 +149,30 @@ struct py_reader {
       if (e.code() != mmnpz::errc::object_array) throw;
       return py::make_tuple(*index, py::none());
     }
+    if (header_too_long(*index, v)) return py::make_tuple(*index, py::none());
     return py::make_tuple(*index, memmap_view(v, base));
+  }
+
+  // An array member's .npy header length after its magic, version and length field (what
+  // numpy compares with max_header_size).
+  std::uint64_t header_length(std::size_t i) const {
+    const mmnpz::npy_header h = r.array_header(i);
+    return h.data_offset - (h.major_version == 1 ? 10 : 12);
+  }
+
+  // Whether the stored array `v` of member i has a header longer than max_header. The bytes
+  // between the local header and the data bound it, which settles nearly every member without
+  // decoding the header again.
+  bool header_too_long(std::size_t i, const mmnpz::array_view& v) const {
+    if (max_header >= mmnpz::max_npy_header_len) return false;
+    const std::uint64_t before = v.file_offset() - r.member(i).local_header_offset;
+    if (before <= 30 + 10 + max_header) return false;  // fixed local header + .npy preamble
+    return header_length(i) > max_header;
   }
 
   mmnpz::reader r;
   py::object base;  // the whole file's numpy.memmap
+  std::uint64_t max_header = mmnpz::max_npy_header_len;  // lookup() hands no view beyond
 };
 
 class py_stream {
@@ -254,6 +273,32 @@ void bind_reader(py::module_& m) {
              return std::make_unique<py_reader>(std::move(*opened));
            }),
            py::arg("path"), R"(Maps the file and parses its central directory, without the GIL.)")
+      .def_static(
+          "from_bytes",
+          [](const py::buffer& data, const std::string& display_name) {
+            const py::buffer_info info = bytes_of(data);
+            const auto n = static_cast<std::size_t>(info.size * info.itemsize);
+            std::optional<mmnpz::reader> opened;
+            {
+              py::gil_scoped_release nogil;  // copying and parsing the directory
+              opened.emplace(mmnpz::reader::from_bytes(info.ptr, n, display_name));
+            }
+            return std::make_unique<py_reader>(std::move(*opened));
+          },
+          py::arg("data"), py::arg("display_name") = "<memory>",
+          R"(An archive held in memory (copied once); display_name appears in errors.)")
+      .def_static(
+          "from_descriptor",
+          [](int fd, const std::string& display_name) {
+            std::optional<mmnpz::reader> opened;
+            {
+              py::gil_scoped_release nogil;
+              opened.emplace(mmnpz::reader::from_descriptor(fd, display_name));
+            }
+            return std::make_unique<py_reader>(std::move(*opened));
+          },
+          py::arg("fd"), py::arg("display_name"),
+          R"(Maps the regular file open as fd (not kept); display_name appears in errors.)")
       .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
       .def(
@@ -288,6 +333,13 @@ view for a stored array, None for other members (deflated, not .npy, pickled).)"
           py::arg("index"),
           R"(('array', descr, shape, fortran_order, file_offset, nbytes, buffer or None for
 mapped data), ('bytes',) for a member without the .npy magic, or ('object',).)")
+      .def(
+          "limit_header", [](py_reader& p, std::uint64_t n) { p.max_header = n; },
+          py::arg("max_header_size"),
+          R"(lookup() gives None instead of a view for arrays whose header is longer.)")
+      .def("header_length", &py_reader::header_length, py::arg("index"),
+           R"(The length of an array member's .npy header after its magic, version and length
+field (what numpy compares with max_header_size).)")
       .def(
           "bytes",
           [](const py_reader& p, std::size_t i) {
@@ -338,17 +390,19 @@ void bind_writer(py::module_& m) {
 
   py::class_<mmnpz::writer>(m, "Writer", R"(Writes an aligned .npz archive (see mmnpz::writer).)")
       .def(py::init([](const std::string& path, const std::string& mode, std::size_t align,
-                       bool allow_duplicates, bool durable) {
+                       bool allow_duplicates, bool durable, std::optional<py::bytes> comment) {
              mmnpz::writer_options o;
              o.mode = mode_of(mode);
              o.alignment = align;
              o.allow_duplicate_names = allow_duplicates;
              o.durable = durable;
+             if (comment) o.comment = std::string(*comment);
              py::gil_scoped_release nogil;
              return mmnpz::writer(path, o);
            }),
            py::arg("path"), py::arg("mode") = "x", py::arg("align") = 64,
-           py::arg("allow_duplicate_names") = false, py::arg("durable") = false)
+           py::arg("allow_duplicate_names") = false, py::arg("durable") = false,
+           py::arg("comment") = py::none())
       .def(
           "write",
           [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
@@ -362,6 +416,34 @@ void bind_writer(py::module_& m) {
           py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
           py::arg("fortran_order") = false,
           R"(Writes a whole array from a contiguous buffer holding its bytes in the given order.)")
+      .def(
+          "write_deflated",
+          [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
+             const std::string& descr, const std::vector<std::uint64_t>& shape, bool fortran_order,
+             int level) {
+            const mmnpz::dtype type = mmnpz::parse_descr(descr);
+            const py::buffer_info info = bytes_of(data);
+            py::gil_scoped_release nogil;
+            w.write_deflated(name, info.ptr, type, shape, fortran_order, level);
+          },
+          py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
+          py::arg("fortran_order") = false, py::arg("level") = -1,
+          R"(Writes a whole array deflated at zlib level (0-9, -1 for the default).)")
+      .def(
+          "write_bytes",
+          [](mmnpz::writer& w, const std::string& name, const py::buffer& data, bool deflate,
+             int level) {
+            const py::buffer_info info = bytes_of(data);
+            const auto n = static_cast<std::size_t>(info.size * info.itemsize);
+            py::gil_scoped_release nogil;
+            if (deflate) {
+              w.write_bytes_deflated(name, info.ptr, n, level);
+            } else {
+              w.write_bytes(name, info.ptr, n);
+            }
+          },
+          py::arg("name"), py::arg("data"), py::arg("deflate") = false, py::arg("level") = -1,
+          R"(Writes a member of exactly `name` holding the buffer's bytes (stored, or deflated).)")
       .def(
           "begin",
           [](mmnpz::writer& w, const std::string& name, const std::string& descr,

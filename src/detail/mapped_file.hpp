@@ -21,6 +21,10 @@ struct mapped_bytes {
 /// returned with size 0 and no mapping.
 mapped_bytes map_file(const std::string& path);
 
+/// Maps the regular file open as `fd` read-only, whole, from its start (the descriptor is
+/// neither kept nor closed). Throws mmnpz::error (errc::io) naming `display_name`.
+mapped_bytes map_descriptor(int fd, const std::string& display_name);
+
 /// An owned copy of [data, data + size), kept in a buffer aligned to 4096 bytes so that
 /// alignment inside it means what it means in a mapping.
 mapped_bytes copy_bytes(const void* data, std::size_t size);

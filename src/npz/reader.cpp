@@ -516,6 +516,11 @@ reader reader::from_bytes(const void* data, std::size_t size, std::string displa
       std::make_shared<const archive>(std::move(display_name), detail::copy_bytes(data, size)));
 }
 
+reader reader::from_descriptor(int fd, std::string display_name) {
+  detail::mapped_bytes mapped = detail::map_descriptor(fd, display_name);
+  return reader(std::make_shared<const archive>(std::move(display_name), std::move(mapped)));
+}
+
 const std::string& reader::path() const { return a_->path(); }
 std::size_t reader::size() const { return a_->dir().members.size(); }
 

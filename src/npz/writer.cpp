@@ -66,6 +66,7 @@ struct writer::impl {
   std::uint64_t shift = 0;  // bytes before the archive that its offsets do not count
   std::string old_cd;       // the appended-to archive's directory entries, verbatim
   std::uint64_t old_count = 0;
+  std::string old_comment;  // the appended-to archive's comment, kept unless replaced
   std::vector<zip::central_entry> entries;
   std::deque<std::string> entry_names;  // what entries' names point to
   std::unordered_set<std::string> names;
@@ -317,7 +318,8 @@ struct writer::impl {
     std::string cd = old_cd;
     for (const auto& e : entries) zip::emit_central_entry(cd, e);
     const std::uint64_t cd_size = cd.size();
-    zip::emit_end_records(cd, old_count + entries.size(), cd_size, pos - shift);
+    zip::emit_end_records(cd, old_count + entries.size(), cd_size, pos - shift,
+                          opt.comment ? *opt.comment : old_comment);
     const int f = fd;
     fd = -1;
     const std::uint64_t end = pos + cd.size();
@@ -489,6 +491,7 @@ struct writer::impl {
     }
     old_cd.assign(reinterpret_cast<const char*>(old.data + d.cd_offset), d.cd_size);
     old_count = d.members.size();
+    old_comment.assign(d.comment);
     for (const auto& m : d.members) names.insert(std::string(m.name));
     shift = d.shift;
     // New members go after everything that is there: no byte a reader may have mapped changes.
@@ -505,6 +508,12 @@ writer::writer(const std::string& path, writer_options options) : p_(std::make_u
   if (a == 0 || a > max_alignment || (a & (a - 1)) != 0) {
     throw errors::invalid_argument(path, {}, error::no_offset,
                 "alignment " + std::to_string(a) + " is not a power of two from 1 to 65536");
+  }
+  if (options.comment && options.comment->size() > 0xFFFF) {
+    throw errors::invalid_argument(path, {}, error::no_offset,
+                                   "the archive comment is " +
+                                       std::to_string(options.comment->size()) +
+                                       " bytes; a ZIP comment holds at most 65,535");
   }
   p_->open_file();
 }
@@ -580,6 +589,45 @@ writer::stream writer::begin_bytes(std::string_view name, std::uint64_t n) {
   p_->begin_member(p_->checked_name(name, ""), {}, n);
   p_->stream_thread = std::this_thread::get_id();
   return stream(p_.get(), p_->member_id);
+}
+
+void writer::write_encoded(std::string_view name, std::string_view suffix, std::uint16_t method,
+                           const std::string& payload, std::uint32_t crc,
+                           std::uint64_t uncompressed) {
+  const auto lock = p_->turn();
+  impl& w = *p_;
+  w.check_open();
+  if (w.active) w.refuse(name, "another member is still being written");
+  std::string full = w.checked_name(name, suffix);
+  zip::local_header_spec h;
+  h.name = full;
+  h.flags = zip::name_flags(full);
+  h.method = method;
+  h.crc32 = crc;
+  h.compressed_size = payload.size();
+  h.uncompressed_size = uncompressed;
+  h.zip64 = std::max<std::uint64_t>(payload.size(), uncompressed) >= zip::zip64_limit;
+  zip::dos_now(h.dos_time, h.dos_date);
+  std::string local;
+  zip::emit_local_header(local, h);
+  const iovec parts[2] = {{local.data(), local.size()},
+                          {const_cast<char*>(payload.data()), payload.size()}};
+  detail::pwritev_all(w.fd, parts, 2, w.pos, w.path);
+  w.file_end = std::max(w.file_end, w.pos + local.size() + payload.size());
+  zip::central_entry e;
+  e.flags = h.flags;
+  e.method = method;
+  e.dos_time = h.dos_time;
+  e.dos_date = h.dos_date;
+  e.crc32 = crc;
+  e.compressed_size = payload.size();
+  e.uncompressed_size = uncompressed;
+  e.local_header_offset = w.pos - w.shift;
+  w.pos += local.size() + payload.size();
+  w.names.insert(full);
+  w.entry_names.push_back(std::move(full));
+  e.name = w.entry_names.back();
+  w.entries.push_back(e);
 }
 
 void writer::close() {

@@ -71,8 +71,8 @@ def test_a_file_that_is_not_a_zip_raises_format_error(tmp_path):
     with pytest.raises(FormatError):
         mmnpz.load(path)
     np.save(tmp_path / "plain.npy", np.arange(3))
-    with pytest.raises(FormatError):
-        mmnpz.load(tmp_path / "plain.npy")
+    with pytest.raises(FormatError):  # NpzReader reads archives only; load() reads .npy too
+        mmnpz.NpzReader(tmp_path / "plain.npy")
 
 
 def test_a_damaged_npy_header_raises_format_error_naming_member_and_offset(npz):
@@ -189,7 +189,8 @@ def test_preload_skips_pickled_arrays_which_raise_only_on_access(tmp_path):
     assert mmnpz.load(path, preload=True, allow_pickle=True)["o"][0] == {"x": 1}
 
 
-def test_mmap_mode_none_maps_read_only_like_r(tmp_path):
+def test_mmap_mode_none_gives_writable_copies_as_numpy(tmp_path):
     path = tmp_path / "none.npz"
     np.savez(path, a=np.arange(3))
-    assert not mmnpz.load(path, None)["a"].flags.writeable
+    a = mmnpz.load(path, None)["a"]
+    assert a.flags.writeable and type(a) is np.ndarray

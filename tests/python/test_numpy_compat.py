@@ -118,3 +118,36 @@ def test_duplicate_names_resolve_to_the_last_member_as_numpy(tmp_path, assert_sa
         assert reader.files == expected.files == ["x", "x"]
         assert_same(reader["x"], expected["x"])
         assert_same(reader["x.npy"], expected["x.npy"])
+
+
+@pytest.mark.parametrize("mode", [None, "c", "r"])
+@pytest.mark.parametrize("source", ["path", "file object", "bytes", "BytesIO"])
+def test_every_member_of_every_kind_matches_numpy_in_every_mode_from_every_source(
+        mixed_npz, assert_same, mode, source):
+    opened = None
+    if source == "path":
+        given = mixed_npz
+    elif source == "file object":
+        given = opened = open(mixed_npz, "rb")
+    elif source == "bytes":
+        given = mixed_npz.read_bytes()
+    else:
+        given = io.BytesIO(mixed_npz.read_bytes())
+    try:
+        reader = mmnpz.load(given, mode, allow_pickle=True)
+        with np.load(mixed_npz, allow_pickle=True) as expected:
+            assert reader.files == expected.files
+            for key in expected.files:
+                got, want = reader[key], expected[key]
+                assert_same(got, want, key)
+                if isinstance(want, np.ndarray) and not want.dtype.hasobject:
+                    compressed = reader.info(key).compressed
+                    # numpy's arrays are writable; mmnpz's are unless mapped read-only
+                    assert got.flags.writeable == (mode != "r" or compressed), key
+                    if mode is None:
+                        assert type(got) is np.ndarray, key
+                    elif not compressed:
+                        assert isinstance(got, np.memmap), key
+    finally:
+        if opened:
+            opened.close()

@@ -15,8 +15,8 @@ def npz(tmp_path, sample_arrays):
     return path
 
 
-def test_load_is_the_reader_class():
-    assert mmnpz.load is mmnpz.NpzReader
+def test_load_of_an_archive_is_a_reader(npz):
+    assert type(mmnpz.load(npz)) is mmnpz.NpzReader
 
 
 def test_every_item_equals_what_np_load_returns(npz, assert_same):
@@ -106,7 +106,7 @@ def test_writing_into_an_item_raises_value_error_instead_of_crashing(npz):
     assert np.array_equal(reader["f8_le"], np.load(npz)["f8_le"], equal_nan=True)
 
 
-@pytest.mark.parametrize("mode", ["r+", "w+", "c", "readonly"])
+@pytest.mark.parametrize("mode", ["w+", "w", "readonly"])
 def test_an_unsupported_mmap_mode_raises_value_error(npz, mode):
     with pytest.raises(ValueError):
         mmnpz.load(npz, mode)

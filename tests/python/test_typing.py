@@ -41,7 +41,7 @@ def test_stubs_are_what_mypy_checks_against(tmp_path):
     wrong = tmp_path / "wrong_usage.py"
     wrong.write_text(
         "import mmnpz\n"
-        "names: int = mmnpz.load('a.npz').files\n"
+        "names: int = mmnpz.NpzReader('a.npz').files\n"
         "mmnpz.Sampler(mmnpz.Dataset('a.npz'), 'weighted', length='100')\n")
     result = mypy(wrong)
     assert result.returncode == 1, result.stdout + result.stderr

@@ -62,7 +62,7 @@ def test_zipfile_finds_no_error_in_a_written_archive(tmp_path, sample_arrays):
 
 
 @pytest.mark.parametrize("value", [
-    [1, 2, 3], [[1.5, 2.5], [3.5, 4.5]], 7, 2.5, True, 1 + 2j, "text", b"raw", [],
+    [1, 2, 3], [[1.5, 2.5], [3.5, 4.5]], 7, 2.5, True, 1 + 2j, "text", [],
     np.float32(1.25), np.int16(-3),
 ], ids=repr)
 def test_lists_and_scalars_are_written_as_np_savez_writes_them(tmp_path, value, assert_same):

@@ -1,0 +1,413 @@
+"""mmnpz.load, savez and savez_compressed as drop-ins for numpy's: every input numpy.load
+takes (paths, file objects, .npy files) plus bytes, numpy's keywords, mmap_mode's four
+meanings, compressed writing, raw bytes members and archive comments; each point compared
+with numpy itself (and zipfile, unzip)."""
+
+import io
+import os
+import pickle
+import shutil
+import subprocess
+import zipfile
+
+import numpy as np
+import pytest
+
+import mmnpz
+
+from conftest import assert_same_array
+
+
+@pytest.fixture
+def arrays():
+    return {
+        "a": np.arange(12, dtype="<f8").reshape(3, 4),
+        "b": np.asfortranarray(np.arange(6, dtype=">i4").reshape(2, 3)),
+        "s": np.array(3.5),
+        "e": np.zeros((0, 3), "u1"),
+    }
+
+
+@pytest.fixture
+def npz(tmp_path, arrays):
+    path = tmp_path / "stored.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.fixture
+def deflated(tmp_path, arrays):
+    path = tmp_path / "deflated.npz"
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def same_as_numpy(got, want):
+    """Equal arrays of the same type (memmap or ndarray) and writability."""
+    assert type(got) is type(want), f"{type(got).__name__} != {type(want).__name__}"
+    assert got.flags.writeable == want.flags.writeable
+    assert_same_array(got, want)
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+
+def test_a_file_object_is_mapped_and_reads_like_numpy(npz, arrays):
+    with open(npz, "rb") as f:
+        reader = mmnpz.load(f)
+        want = np.load(f)
+        for name in arrays:
+            assert_same_array(reader[name], want[name])
+            assert isinstance(reader[name], np.memmap)  # mapped through fileno()
+        assert reader.path == str(npz)
+
+
+def test_a_file_object_without_a_descriptor_is_read(npz, arrays):
+    data = npz.read_bytes()
+    reader = mmnpz.load(io.BytesIO(data))
+    want = np.load(io.BytesIO(data))
+    assert reader.files == want.files
+    for name in arrays:
+        assert_same_array(reader[name], want[name])
+
+
+def test_bytes_bytearray_and_memoryview_are_archives(npz, arrays):
+    data = npz.read_bytes()
+    for given in (data, bytearray(data), memoryview(data)):
+        reader = mmnpz.load(given)
+        for name, want in arrays.items():
+            assert_same_array(reader[name], want)
+
+
+def test_bytes_that_are_a_path_stay_a_path(npz):
+    assert mmnpz.load(os.fsencode(npz)).files == np.load(os.fsencode(npz)).files
+
+
+def test_a_file_object_not_open_for_reading_is_refused_clearly(tmp_path, npz):
+    with open(tmp_path / "w.bin", "wb") as f:
+        with pytest.raises(io.UnsupportedOperation, match="not open for reading"):
+            mmnpz.load(f)
+
+
+def test_npy_files_load_as_numpy_loads_them(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(10, dtype="<i2").reshape(2, 5))
+    for mode in (None, "r", "c", "r+"):
+        same_as_numpy(mmnpz.load(path, mmap_mode=mode), np.load(path, mmap_mode=mode))
+    with open(path, "rb") as f:
+        same_as_numpy(mmnpz.load(f, None), np.load(path))
+    same_as_numpy(mmnpz.load(path.read_bytes(), None), np.load(path))
+    got = mmnpz.load(path)  # mmnpz's default: a read-only memmap
+    assert isinstance(got, np.memmap) and not got.flags.writeable
+
+
+def test_npy_read_from_a_file_objects_current_position_as_numpy(tmp_path):
+    path = tmp_path / "two.bin"
+    with open(path, "wb") as f:
+        np.save(f, np.arange(3))
+        np.save(f, np.arange(4.0))
+    with open(path, "rb") as f, open(path, "rb") as g:
+        for _ in range(2):
+            same_as_numpy(mmnpz.load(f, None), np.load(g))
+        assert f.tell() == g.tell()
+
+
+def test_npy_mmap_modes_from_a_file_object_map_the_file(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(5.0))
+    with open(path, "rb") as f:
+        got = mmnpz.load(f, "c")
+    assert isinstance(got, np.memmap) and got.flags.writeable
+    got[0] = 99
+    assert np.load(path)[0] == 0  # copy-on-write: the file is unchanged
+
+
+def test_npy_with_a_pickle_is_refused_without_allow_pickle_as_numpy(tmp_path):
+    path = tmp_path / "o.npy"
+    np.save(path, np.array([{"k": 1}], dtype=object), allow_pickle=True)
+    for mode in (None, "r"):
+        with pytest.raises(ValueError) as want:
+            np.load(path, mmap_mode=mode)
+        with pytest.raises(ValueError) as got:
+            mmnpz.load(path, mmap_mode=mode)
+        assert str(got.value) == str(want.value)
+    assert mmnpz.load(path, None, allow_pickle=True)[0] == {"k": 1}
+
+
+def test_a_pickle_file_loads_only_with_allow_pickle(tmp_path):
+    path = tmp_path / "p.pkl"
+    path.write_bytes(pickle.dumps({"x": 1}))
+    assert mmnpz.load(path, allow_pickle=True) == np.load(path, allow_pickle=True)
+    with pytest.raises(ValueError):
+        mmnpz.load(path)
+
+
+# ---- numpy's keywords -----------------------------------------------------------------------
+
+def test_numpy_keywords_are_accepted_positionally_and_by_name(npz, arrays):
+    reader = mmnpz.load(npz, "r", False, True, "ASCII", max_header_size=10000)
+    assert_same_array(reader["a"], arrays["a"])
+    with pytest.raises(ValueError, match="encoding must be"):
+        mmnpz.load(npz, encoding="utf-8")
+
+
+def test_max_header_size_refuses_long_headers_as_numpy(tmp_path):
+    path = tmp_path / "wide.npz"
+    dtype = np.dtype([(f"field_{i}", "<f4") for i in range(600)])  # a header of ~12 KB
+    np.savez(path, w=np.zeros(2, dtype), n=np.arange(3))
+    with pytest.raises(ValueError) as want:
+        np.load(path)["w"]
+    for mode in ("r", None, "c"):
+        with pytest.raises(ValueError) as got:
+            mmnpz.load(path, mode)["w"]
+        assert str(got.value) == str(want.value)
+        assert_same_array(mmnpz.load(path, mode)["n"], np.arange(3))
+    assert_same_array(mmnpz.load(path, max_header_size=20000)["w"],
+                      np.load(path, max_header_size=20000)["w"])
+    assert_same_array(mmnpz.load(path, allow_pickle=True)["w"],
+                      np.load(path, allow_pickle=True)["w"])
+    with pytest.raises(ValueError, match="Header info length"):
+        mmnpz.load(path, max_header_size=10)["n"]
+
+
+def test_encoding_and_fix_imports_reach_pickles(tmp_path):
+    path = tmp_path / "o.npz"
+    np.savez(path, o=np.array([b"\xe9t\xe9"], dtype=object))
+    for encoding in ("ASCII", "latin1", "bytes"):
+        got = mmnpz.load(path, allow_pickle=True, encoding=encoding, fix_imports=False)["o"]
+        assert got.tolist() == np.load(path, allow_pickle=True, encoding=encoding)["o"].tolist()
+
+
+# ---- mmap_mode ------------------------------------------------------------------------------
+
+def test_mmap_mode_none_gives_fresh_writable_arrays_as_numpy(npz, deflated, arrays):
+    for path in (npz, deflated):
+        reader, want = mmnpz.load(path, None), np.load(path)
+        for name in arrays:
+            same_as_numpy(reader[name], want[name])
+        first = reader["a"]
+        first[0, 0] = -1
+        assert reader["a"][0, 0] == 0  # a new copy at every access, as numpy
+    assert np.load(npz)["a"][0, 0] == 0
+
+
+def test_mmap_mode_c_gives_copy_on_write_memmaps(npz, arrays):
+    before = npz.read_bytes()
+    reader = mmnpz.load(npz, "c")
+    a = reader["a"]
+    assert isinstance(a, np.memmap) and a.flags.writeable and a.mode == "c"
+    assert_same_array(a, arrays["a"])
+    a[...] = 7
+    assert (reader["a"] == 7).all()  # the reader's views share the private mapping
+    reader.close()
+    assert npz.read_bytes() == before
+    assert (a == 7).all()
+
+
+def test_mmap_mode_c_on_bytes_copies(npz, arrays):
+    data = npz.read_bytes()
+    a = mmnpz.load(data, "c")["b"]
+    a[0, 0] = 5
+    assert np.load(io.BytesIO(data))["b"][0, 0] == 0
+
+
+def test_mmap_mode_r_plus_writes_into_the_file_and_keeps_crcs_right(npz, arrays):
+    with mmnpz.load(npz, "r+") as reader:
+        a = reader["a"]
+        assert isinstance(a, np.memmap) and a.flags.writeable and a.mode == "r+"
+        a[1] = 42
+        b = reader["b"]
+        b[:, 0] = -3
+    want = arrays["a"].copy()
+    want[1] = 42
+    assert_same_array(np.load(npz)["a"], want)  # numpy checks the CRC-32 through zipfile
+    assert (np.load(npz)["b"][:, 0] == -3).all()
+    assert zipfile.ZipFile(npz).testzip() is None
+    assert mmnpz.load(npz).verify() == {}
+
+
+def test_mmap_mode_r_plus_flush_updates_crcs_while_open(npz):
+    reader = mmnpz.load(npz, "r+")
+    reader["s"][...] = 1.25
+    reader.flush()
+    assert np.load(npz)["s"] == 1.25
+    assert zipfile.ZipFile(npz).testzip() is None
+    reader.close()
+
+
+def test_mmap_mode_r_plus_refuses_deflated_members(deflated):
+    reader = mmnpz.load(deflated, "r+")
+    with pytest.raises(ValueError, match=r"'r\+' cannot write into deflated member 'a.npy'"):
+        reader["a"]
+
+
+def test_mmap_mode_r_plus_refuses_a_read_only_file_object(npz):
+    with open(npz, "rb") as f:
+        with pytest.raises(PermissionError, match="open for reading and writing"):
+            mmnpz.load(f, "r+")
+
+
+def test_mmap_mode_r_plus_refuses_bytes(npz):
+    with pytest.raises(ValueError, match="needs a file to write into"):
+        mmnpz.load(npz.read_bytes(), "r+")
+
+
+# ---- writing --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("level", [-1, 0, 1, 9])
+def test_savez_compressed_is_read_by_numpy_zipfile_and_unzip(tmp_path, arrays, level):
+    path = tmp_path / "c.npz"
+    mmnpz.savez_compressed(path, np.arange(4), compresslevel=level, **arrays)
+    want = dict(arrays, arr_0=np.arange(4))
+    loaded = np.load(path)
+    assert sorted(loaded.files) == sorted(want)
+    for name, array in want.items():
+        assert_same_array(loaded[name], array)
+        assert_same_array(mmnpz.load(path)[name], array)
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    if shutil.which("unzip"):
+        subprocess.run(["unzip", "-tq", str(path)], check=True, capture_output=True)
+
+
+def test_savez_compressed_compresses(tmp_path):
+    path = tmp_path / "z.npz"
+    mmnpz.savez_compressed(path, z=np.zeros(1 << 20))
+    assert path.stat().st_size < 20000
+    assert mmnpz.load(path).info("z").compressed
+
+
+def test_savez_compressed_refuses_a_bad_level(tmp_path):
+    with pytest.raises(ValueError, match="compresslevel"):
+        mmnpz.savez_compressed(tmp_path / "x.npz", a=np.arange(3), compresslevel=10)
+
+
+def test_savez_writes_to_a_file_object(arrays):
+    buf = io.BytesIO()
+    mmnpz.savez(buf, **arrays)
+    buf.seek(0)
+    loaded = np.load(buf)
+    for name, array in arrays.items():
+        assert_same_array(loaded[name], array)
+    buf2 = io.BytesIO()
+    mmnpz.savez_compressed(buf2, **arrays)
+    assert_same_array(np.load(io.BytesIO(buf2.getvalue()))["a"], arrays["a"])
+
+
+def test_bytes_values_become_raw_members_of_exactly_their_name(tmp_path):
+    path = tmp_path / "m.npz"
+    mmnpz.savez(path, x=np.arange(3), **{"meta.json": b'{"k": 1}'})
+    with zipfile.ZipFile(path) as z:
+        assert sorted(z.namelist()) == ["meta.json", "x.npy"]
+        assert z.read("meta.json") == b'{"k": 1}'
+    assert mmnpz.load(path)["meta.json"] == b'{"k": 1}'
+    assert np.load(path)["meta.json"] == b'{"k": 1}'  # numpy gives non-.npy members as bytes
+    with mmnpz.NpzWriter(tmp_path / "w.npz", "w", compresslevel=6) as w:
+        w.write("notes.txt", bytearray(b"hello " * 100))
+        w.write_bytes("raw", memoryview(b"abc"))
+    with zipfile.ZipFile(tmp_path / "w.npz") as z:
+        assert z.read("notes.txt") == b"hello " * 100
+        assert z.getinfo("notes.txt").compress_type == zipfile.ZIP_DEFLATED
+        assert z.read("raw") == b"abc"
+
+
+def test_archive_comments_are_written_and_read(tmp_path):
+    path = tmp_path / "c.npz"
+    with mmnpz.NpzWriter(path, "w", comment=b"made by a test") as w:
+        w.write("a", np.arange(3))
+    assert mmnpz.load(path).comment == b"made by a test"
+    assert zipfile.ZipFile(path).comment == b"made by a test"
+    with mmnpz.NpzWriter(path, "a") as w:  # appending keeps the comment
+        w.write("b", np.arange(2))
+    assert zipfile.ZipFile(path).comment == b"made by a test"
+    with mmnpz.NpzWriter(path, "a", comment=b"new") as w:
+        w.write("c", np.arange(2))
+    assert mmnpz.load(path).comment == b"new"
+    mmnpz.savez(path, x=np.arange(2), comment=b"from savez")
+    assert zipfile.ZipFile(path).comment == b"from savez"
+    z = tmp_path / "z.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        f.comment = b"zipfile's"
+        f.writestr("x.npy", b"")
+    assert mmnpz.load(z).comment == b"zipfile's"
+    assert mmnpz.load(path.parent / "c.npz").comment == b"from savez"
+    np.savez(path, x=np.arange(2))
+    assert mmnpz.load(path).comment == b""
+    with pytest.raises(ValueError, match="65,535"):
+        mmnpz.NpzWriter(tmp_path / "long.npz", "w", comment=b"x" * 65536)
+
+
+# ---- the package's namespace ----------------------------------------------------------------
+
+def test_the_package_exposes_only_its_api_and_submodules():
+    import types
+    public = {n for n in dir(mmnpz) if not n.startswith("__")}
+    modules = {n for n in public if isinstance(getattr(mmnpz, n), types.ModuleType)}
+    assert public - modules == set(mmnpz.__all__)
+    assert all(getattr(mmnpz, n).__name__.startswith("mmnpz.") for n in modules)
+    assert "savez_compressed" in mmnpz.__all__
+
+
+def test_max_header_size_passes_short_headers_behind_large_alignment_padding(tmp_path):
+    path = tmp_path / "aligned.npz"
+    with mmnpz.NpzWriter(path, "w", align=65536) as w:
+        for i in range(3):
+            w.write(f"x{i}", np.arange(5 + i))
+    reader = mmnpz.load(path)
+    for i in range(3):
+        assert isinstance(reader[f"x{i}"], np.memmap)
+        assert_same_array(reader[f"x{i}"], np.load(path)[f"x{i}"])
+
+
+def test_a_reader_not_opened_from_a_path_cannot_be_pickled(npz):
+    with open(npz, "rb") as f:
+        with pytest.raises(TypeError, match="not opened from a path"):
+            pickle.dumps(mmnpz.load(f))
+    with pytest.raises(TypeError, match="not opened from a path"):
+        pickle.dumps(mmnpz.load(npz.read_bytes()))
+    assert pickle.loads(pickle.dumps(mmnpz.load(npz, None))).mmap_mode is None
+
+
+def test_a_text_mode_file_object_is_refused_clearly(npz):
+    with open(npz, "r", encoding="latin-1") as f:
+        with pytest.raises(TypeError, match="open the file in binary mode"):
+            mmnpz.load(f)
+
+
+def test_errors_from_a_file_object_name_its_file(tmp_path, npz):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    with open(bad, "rb") as f:
+        with pytest.raises(mmnpz.FormatError) as e:
+            mmnpz.load(f)
+    assert e.value.path == str(bad) and str(bad) in str(e.value)
+
+
+def test_a_file_object_stays_readable_after_its_file_is_deleted(tmp_path, arrays):
+    path = tmp_path / "gone.npz"
+    np.savez(path, **arrays)
+    with open(path, "rb") as f:
+        os.unlink(path)
+        assert_same_array(mmnpz.load(f)["a"], arrays["a"])
+
+
+def test_an_array_passed_as_comment_or_compresslevel_is_refused_not_written(tmp_path):
+    with pytest.raises(TypeError, match="no array named 'comment'"):
+        mmnpz.savez(tmp_path / "a.npz", comment=np.arange(3))
+    with pytest.raises(ValueError, match="no array named 'compresslevel'"):
+        mmnpz.savez_compressed(tmp_path / "b.npz", compresslevel=np.arange(3))
+    with pytest.raises(TypeError, match="comment must be bytes, not str"):
+        mmnpz.NpzWriter(tmp_path / "c.npz", comment="text")
+
+
+def test_an_archive_after_other_data_in_a_file_object_reads_as_numpy_reads_it(tmp_path, npz,
+                                                                              arrays):
+    path = tmp_path / "prefixed.bin"
+    path.write_bytes(b"some header of another format\n" + npz.read_bytes())
+    with open(path, "rb") as f:
+        f.seek(len(b"some header of another format\n"))
+        want = np.load(f)
+        f.seek(len(b"some header of another format\n"))
+        reader = mmnpz.load(f)
+        for name in arrays:
+            assert_same_array(reader[name], want[name])
