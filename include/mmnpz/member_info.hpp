@@ -22,6 +22,8 @@ struct member_info {
   std::uint64_t local_header_offset = 0;  ///< absolute offset in the file
   /// True when the member is deflated (method 8).
   bool is_deflated() const noexcept { return method == 8; }
+  /// True when the member's CRC-32 and sizes also follow its data (general purpose flag bit 3).
+  bool has_data_descriptor() const noexcept { return (flags & 0x8) != 0; }
 };
 
 }  // namespace mmnpz

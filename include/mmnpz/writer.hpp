@@ -188,6 +188,16 @@ class writer::stream {
   std::uint64_t id_;
 };
 
+/// After a stored member's contents were changed in place (numpy's mmap_mode "r+"): computes
+/// the CRC-32 of member `index` of the archive whose bytes are [archive, archive + size) (a
+/// writable shared mapping of the whole file) and, when it differs from the stored one, writes
+/// it into the member's local header and central-directory entry. Returns the CRC-32. Throws
+/// the reader's errors for a bad archive (`name` stands for the path in them),
+/// errc::unsupported for a deflated member or one whose CRC-32 follows in a data descriptor,
+/// errc::not_found for a bad index.
+std::uint32_t update_member_crc(std::byte* archive, std::uint64_t size, std::size_t index,
+                                const std::string& name);
+
 /// What recover() did.
 struct recover_result {
   std::size_t members_recovered = 0;  ///< intact members now in the directory

@@ -13,8 +13,6 @@ import tempfile
 import threading
 import warnings
 import weakref
-import zipfile
-import zlib
 
 import numpy as np
 
@@ -169,75 +167,15 @@ def _memmap_of(buffer, shape, dtype, offset, fortran_order, mode, filename):
     return array
 
 
-def _central_crc_offsets(buf, count):
-    """The offset of the CRC-32 field of each central-directory entry, in order."""
-    with _Reader(buf) as fp:
-        end = zipfile._EndRecData(fp)
-    if end is None:
-        raise ValueError("the archive's end record is gone")
-    cd_size, cd_offset = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]
-    concat = end[zipfile._ECD_LOCATION] - cd_size - cd_offset
-    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
-        concat -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
-    pos, offsets = cd_offset + concat, []
-    for _ in range(count):
-        if buf[pos:pos + 4] != b"PK\x01\x02":
-            raise ValueError(f"no central directory entry at offset {pos}")
-        offsets.append(pos + 16)
-        n, m, k = (int.from_bytes(buf[pos + i:pos + i + 2], "little") for i in (28, 30, 32))
-        pos += 46 + n + m + k
-    return offsets
-
-
-class _Reader(io.RawIOBase):
-    """A seekable read-only file over a buffer, for zipfile's end-record search."""
-
-    def __init__(self, buf):
-        self._buf, self._pos = memoryview(buf), 0
-
-    def readable(self):
-        return True
-
-    def close(self):
-        self._buf.release()
-        super().close()
-
-    def seekable(self):
-        return True
-
-    def seek(self, pos, whence=0):
-        self._pos = max(0, pos + (0, self._pos, len(self._buf))[whence])
-        return self._pos
-
-    def tell(self):
-        return self._pos
-
-    def readinto(self, b):
-        chunk = self._buf[self._pos:self._pos + len(b)]
-        b[:len(chunk)] = chunk
-        self._pos += len(chunk)
-        return len(chunk)
-
-
 def _update_crcs(state):
     """After writes through 'r+' views: the CRC-32 of every stored member handed out is
-    computed again and, where it changed, written into its local header and directory entry,
-    so that numpy, zipfile and verify() read the archive as it now is."""
-    buf, members, count = state["mapping"], state["members"], state["count"]
+    computed again and, where it changed, written into its local header and directory entry
+    (by the core), so that numpy, zipfile and verify() read the archive as it now is."""
+    buf, members, name = state["mapping"], state["members"], state["name"]
     if buf is None or not members or buf.closed:
         return
-    cd_offsets = None
-    for index, (start, size, crc_at, old) in list(members.items()):
-        with memoryview(buf) as whole:
-            crc = zlib.crc32(whole[start:start + size])
-        if crc == old:
-            continue
-        if cd_offsets is None:
-            cd_offsets = _central_crc_offsets(buf, count)
-        field = crc.to_bytes(4, "little")
-        buf[crc_at:crc_at + 4] = field
-        buf[cd_offsets[index]:cd_offsets[index] + 4] = field
-        members[index] = (start, size, crc_at, crc)
+    for index in list(members):
+        _mmnpz.update_member_crc(buf, index, name)
     buf.flush()
 
 
@@ -321,8 +259,8 @@ class NpzReader(collections.abc.Mapping):
         if mmap_mode in ("c", "r+"):
             self._writable = source.writable_mapping(mmap_mode)
             if mmap_mode == "r+":
-                self._crc_state = {"mapping": self._writable, "members": {},
-                                   "count": len(self._reader)}
+                self._crc_state = {"mapping": self._writable, "members": set(),
+                                   "name": self._path}
                 self._finalizer = weakref.finalize(self, _update_crcs, self._crc_state)
         #: Member names with ``.npy`` removed, in archive order (numpy's ``files``).
         self.files = self._reader.names()
@@ -409,14 +347,10 @@ class NpzReader(collections.abc.Mapping):
         if index in members:
             return
         member = self._reader.member(index)
-        if member["flags"] & 0x8:
+        if member["data_descriptor"]:
             raise ValueError(f"{self._path}: 'r+' cannot update member {member['name']!r}: its "
                              "CRC-32 is in a data descriptor after its data")
-        local = member["local_header_offset"]
-        head = self.mmap[local:local + 30].tobytes()
-        start = (local + 30 + int.from_bytes(head[26:28], "little")
-                 + int.from_bytes(head[28:30], "little"))
-        members[index] = (start, member["uncompressed_size"], local + 14, member["crc32"])
+        members.add(index)
 
     def _lookup(self, key):
         """(index, item): one call to the core finds, decodes and maps stored arrays."""

@@ -236,6 +236,7 @@ py::dict member_dict(const mmnpz::member_info& mi) {
   d["compressed_size"] = mi.compressed_size;
   d["uncompressed_size"] = mi.uncompressed_size;
   d["local_header_offset"] = mi.local_header_offset;
+  d["data_descriptor"] = mi.has_data_descriptor();
   return d;
 }
 
@@ -509,6 +510,17 @@ void bind_tools(py::module_& m) {
       },
       py::arg("path"),
       R"(Rebuilds the central directory of an archive whose writer died before close().)");
+  m.def(
+      "update_member_crc",
+      [](py::buffer archive, std::size_t index, const std::string& name) {
+        py::buffer_info b = archive.request(/*writable=*/true);
+        if (b.ndim != 1 || b.itemsize != 1) throw py::value_error("expected a writable byte buffer");
+        py::gil_scoped_release nogil;
+        return mmnpz::update_member_crc(static_cast<std::byte*>(b.ptr),
+                                        static_cast<std::uint64_t>(b.size), index, name);
+      },
+      py::arg("archive"), py::arg("index"), py::arg("name"),
+      R"(Writes a stored member's new CRC-32 into its local header and directory entry.)");
   // mmnpz::shard_writer (python/mmnpz/shards.py wraps it as mmnpz.ShardWriter).
   py::class_<mmnpz::shard_writer>(m, "ShardWriter", R"(Writes sharded aligned .npz archives.)")
       .def(py::init([](const std::string& path, std::optional<std::uint64_t> max_bytes,

@@ -178,6 +178,9 @@ struct central_entry {
   std::string_view name;
 };
 
+/// Where the CRC-32 field is within a central-directory entry.
+constexpr std::uint64_t central_crc_offset = 16;
+
 /// Parses the entry at the cursor (signature included); `index` names it in errors, and
 /// `converted` receives the name converted from cp437 when it needs that, and is left empty
 /// otherwise (the zip64 record's errors name the member by it). Leaves the cursor after its comment.

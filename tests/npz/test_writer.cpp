@@ -857,4 +857,34 @@ TEST_SUITE("writers never break readers") {
     CHECK(r.verify().ok());
     CHECK(holds(r["big"], big));
   }
+
+  TEST_CASE("update_member_crc writes the CRC-32 of a member edited in place, and refuses others") {
+    const std::string path = test::scratch("edited.npz");
+    const auto a = ramp(100, 1);
+    const auto b = ramp(50, 2);
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+      w.write("a", a.data(), {a.size()});
+      w.write("b", b.data(), {b.size()});
+    }
+    std::string bytes = test::read_file(path);
+    auto* p = reinterpret_cast<std::byte*>(bytes.data());
+    const std::uint64_t at = mmnpz::reader(path)["b"].file_offset();
+    bytes[at] ^= 0x01;  // an edit through an "r+" view
+    CHECK_FALSE(mmnpz::reader::from_bytes(p, bytes.size()).verify().ok());
+    const std::uint32_t crc = mmnpz::update_member_crc(p, bytes.size(), 1, path);
+    const mmnpz::reader edited = mmnpz::reader::from_bytes(p, bytes.size());
+    CHECK(edited.verify().ok());
+    CHECK(edited.member(1).crc32 == crc);
+    CHECK(edited.member(0).crc32 == mmnpz::reader(path).member(0).crc32);
+    const std::string unchanged = bytes;
+    CHECK(mmnpz::update_member_crc(p, bytes.size(), 0, path) == edited.member(0).crc32);
+    CHECK(bytes == unchanged);  // nothing to write for a member that was not edited
+    CHECK_THROWS_WITH_AS(mmnpz::update_member_crc(p, bytes.size(), 2, path),
+                         (path + ": no member at index 2 (the archive has 2)").c_str(),
+                         mmnpz::error);
+    std::string piped = test::read_file(std::string(MMNPZ_FIXTURES) + "/good/unseekable_stored.npz");
+    auto* q = reinterpret_cast<std::byte*>(piped.data());
+    CHECK_THROWS_AS(mmnpz::update_member_crc(q, piped.size(), 0, "piped.npz"), mmnpz::error);
+  }
 }
