@@ -174,6 +174,10 @@ class reader {
   std::shared_ptr<const archive> a_;
 };
 
+/// True when [data, data + size) starts as a ZIP archive does (a local file header, or the end
+/// record of an empty archive), as numpy tells an .npz from an .npy.
+bool looks_like_zip(const void* data, std::size_t size);
+
 /// Opens `path` (same as reader(path)).
 inline reader load(const std::string& path) { return reader(path); }
 

@@ -27,7 +27,6 @@ _MMAP_MODES = ("r", "c", "r+", None)
 #: numpy's default max_header_size (numpy.lib.format._MAX_HEADER_SIZE).
 _MAX_HEADER_SIZE = 10000
 _NPY_MAGIC = b"\x93NUMPY"
-_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 class InterruptedAppendWarning(UserWarning):
@@ -88,7 +87,7 @@ def _is_data(file):
     with a ZIP or .npy magic; any bytearray or memoryview)."""
     if isinstance(file, (bytearray, memoryview)):
         return True
-    return isinstance(file, bytes) and file.startswith(_ZIP_MAGICS + (_NPY_MAGIC,))
+    return isinstance(file, bytes) and (file.startswith(_NPY_MAGIC) or _mmnpz.looks_like_zip(file))
 
 
 class _Source:
@@ -498,7 +497,7 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
             file = io.BytesIO(magic + file.read())
         if magic == _NPY_MAGIC:
             return _load_npy(file, **npy)
-        if not magic.startswith(_ZIP_MAGICS):
+        if not _mmnpz.looks_like_zip(magic):
             return _load_other(file, npy, lambda: NpzReader(file, mmap_mode, **npz))
         return NpzReader(file, mmap_mode, **npz)
     path = _core.path(file)
@@ -510,7 +509,7 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
             f.seek(0)
             if magic == _NPY_MAGIC:
                 return _load_npy(path if mmap_mode else f, **npy)
-            if not npy["allow_pickle"] or magic.startswith(_ZIP_MAGICS):
+            if not npy["allow_pickle"] or _mmnpz.looks_like_zip(magic):
                 raise
             return _load_other(f, npy, None)
 

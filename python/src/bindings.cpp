@@ -511,6 +511,13 @@ void bind_tools(py::module_& m) {
       py::arg("path"),
       R"(Rebuilds the central directory of an archive whose writer died before close().)");
   m.def(
+      "looks_like_zip",
+      [](const py::bytes& head) {
+        const std::string_view b = head;
+        return mmnpz::looks_like_zip(b.data(), b.size());
+      },
+      py::arg("head"), R"(True when the bytes start as a ZIP archive does.)");
+  m.def(
       "update_member_crc",
       [](py::buffer archive, std::size_t index, const std::string& name) {
         py::buffer_info b = archive.request(/*writable=*/true);

@@ -609,4 +609,9 @@ bool reader::was_interrupted() const {
   return zip::starts_appended_member(a_->file().data + end, a_->file().size - end);
 }
 
+bool looks_like_zip(const void* data, std::size_t size) {
+  const zip::record_kind k = zip::record_at(static_cast<const std::byte*>(data), size);
+  return k == zip::record_kind::local_header || k == zip::record_kind::end;
+}
+
 }  // namespace mmnpz
