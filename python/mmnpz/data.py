@@ -53,12 +53,14 @@ class Dataset:
     pattern on member names (without ".npy") choosing the items; every chosen member must be
     an array with at least one axis. Opening decodes every chosen member's .npy header (in
     parallel, without the GIL) and nothing else. Pickling sends the archive names only: the
-    other process opens them itself.
+    other process opens them itself. ``io`` ("auto", "read" or "map") is how gather copies
+    stored members by default (see Dataset.gather); ``ds[i]`` is a memory map whatever it says.
     """
 
-    def __init__(self, source, *, select=None, order="concatenate", threads=0):
+    def __init__(self, source, *, select=None, order="concatenate", threads=0, io="auto"):
         self._specs = _specs(source)
-        self._options = _mmnpz.DatasetOptions(select=select or "", order=order, threads=threads)
+        self._options = _mmnpz.DatasetOptions(select=select or "", order=order, threads=threads,
+                                              io=io)
         self._d = _mmnpz.Dataset(self._specs, self._options)
         self._lengths = None
         self._layouts = None
@@ -66,7 +68,7 @@ class Dataset:
 
     def __reduce__(self):
         o = self._options
-        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads))
+        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads, o.io))
 
     def __len__(self):
         return len(self._d)
@@ -173,7 +175,7 @@ class Dataset:
         return reader[member]
 
     def gather(self, indices, starts, length, *, out=None, pad="none", fill=0, threads=0,
-               valid=False):
+               valid=False, io="auto"):
         """Excerpts rows [starts[k], starts[k] + length) of items indices[k], stacked in one
         C-contiguous array (len(indices), length, *trailing), new or ``out``.
 
@@ -183,10 +185,17 @@ class Dataset:
         Every request is checked before anything is copied; the copy runs in C++ on
         ``threads`` threads (0: every core) without the GIL. Items must share dtype and
         trailing shape (TypeError / ValueError naming the first that does not).
+
+        ``io`` says how stored members' bytes are copied: "read" with positional reads from
+        the file (no page faults; pieces not in the page cache are read ahead together),
+        "map" through the memory mapping, "auto" (default) as the Dataset's ``io`` says,
+        which is "read" unless the Dataset was opened with ``io="map"``. An archive truncated
+        after it was opened raises mmnpz.FormatError naming the member with "read" (with
+        "map" the process gets SIGBUS).
         """
         # The one-field case without gather_fields' generality: this runs once per batch.
         length = int(length)
-        options = _excerpt_options(length, pad, operator.index(threads))
+        options = _excerpt_options(length, pad, operator.index(threads), io)
         indices, starts = _int64_vector(indices, "indices"), _int64_vector(starts, "starts")
         dtype, trailing = self._batch_layout(indices)
         out = _out_array(out, (len(indices), length) + trailing, dtype)
@@ -220,9 +229,9 @@ def _int64_vector(values, what):
 
 
 @functools.lru_cache(maxsize=64)
-def _excerpt_options(length, pad, threads):
+def _excerpt_options(length, pad, threads, io="auto"):
     """An ExcerptOptions, shared by the calls that give the same arguments (none changes it)."""
-    return _mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads)
+    return _mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads, io=io)
 
 
 def _fill_bytes(pad, fill, dtype):
@@ -241,12 +250,12 @@ def _out_array(out, shape, dtype):
     return out
 
 
-def _reopen_dataset(specs, select, order, threads):
-    return Dataset(specs, select=select or None, order=order, threads=threads)
+def _reopen_dataset(specs, select, order, threads, io="auto"):
+    return Dataset(specs, select=select or None, order=order, threads=threads, io=io)
 
 
 def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, threads=0,
-                  valid=False):
+                  valid=False, io="auto"):
     """The same excerpt windows taken from several aligned datasets in one call.
 
     ``fields`` lists ``(dataset, indices, rate)``: field f's excerpt k is rows
@@ -255,7 +264,7 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     Returns one array per field (and, with ``valid=True``, one valid-rows array per field).
     See Dataset.gather for the rest.
     """
-    options = _excerpt_options(int(length), pad, operator.index(threads))
+    options = _excerpt_options(int(length), pad, operator.index(threads), io)
     if outs is None:
         out_for = _new_out
     elif len(outs) != len(fields):
