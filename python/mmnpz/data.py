@@ -189,7 +189,8 @@ class Dataset:
         ``io`` says how stored members' bytes are copied: "read" with positional reads from
         the file (no page faults; pieces not in the page cache are read ahead together),
         "map" through the memory mapping, "auto" (default) as the Dataset's ``io`` says,
-        which is "read" unless the Dataset was opened with ``io="map"``. An archive truncated
+        whose "auto" copies through the mapping the excerpts whose pages are in the page
+        cache and reads the others. An archive truncated
         after it was opened raises mmnpz.FormatError naming the member with "read" (with
         "map" the process gets SIGBUS).
         """

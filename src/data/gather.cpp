@@ -109,6 +109,7 @@ struct task {
   const std::byte* data;  // the item's data (the mapping, or its inflated copy)
   const std::byte* key;   // where the read begins, for ordering by file offset
   int fd;                 // read from this descriptor (io_mode::read), or -1: copy from data
+  bool automatic;         // io_mode::automatic: read or copy as the chunk's probe says
 };
 
 struct plan;
@@ -118,6 +119,7 @@ struct plan;
 struct chunk_reader {
   const plan& work;
   bool cached = true;  // try RWF_NOWAIT first; cleared at the first piece not in memory
+  bool map = false;    // automatic tasks copy from the mapping: their pages are in memory
 };
 
 void read_ahead(const plan& p);  // below: starts reading every piece of the plan
@@ -149,7 +151,7 @@ void read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
 void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
                chunk_reader& cr) {
   if (n == 0) return;
-  if (t.fd >= 0) {
+  if (t.fd >= 0 && !(t.automatic && cr.map)) {
     read_rows(t, row, n, dst, cr);
   } else if (t.item->c_contiguous) {
     std::memcpy(dst, t.data + row * t.row_bytes, n * t.row_bytes);
@@ -227,10 +229,20 @@ struct plan {
   std::size_t chunks() const { return bounds.size() - 1; }
   void run_chunk(std::size_t c) const {
     chunk_reader cr{*this};
+    // io_mode::automatic: a copy from memory is fastest when the pages are in the page cache
+    // (and mapped), reads are when they are not (no synchronous fault per page, and every
+    // piece of the batch read ahead at once). The chunk's first piece tells which (mincore).
+    for (std::size_t t = bounds[c]; t < bounds[c + 1]; ++t) {
+      const task& first = tasks[t];
+      if (first.fd < 0 || !first.automatic) continue;
+      cr.map = detail::resident(first.key, std::min(first.length, first.item->length) *
+                                               first.row_bytes);
+      break;
+    }
     for (std::size_t t = bounds[c]; t < bounds[c + 1]; ++t) {
       // Start loading the next excerpt while this one is copied: random reads are latency
       // bound, and the hardware prefetcher only follows a stream once it has begun.
-      if (t + 1 < bounds[c + 1] && tasks[t + 1].fd < 0) {
+      if (t + 1 < bounds[c + 1] && (tasks[t + 1].fd < 0 || (cr.map && tasks[t + 1].automatic))) {
         const task& next = tasks[t + 1];
         const std::uint64_t n = std::min<std::uint64_t>(next.length * next.row_bytes, 4096);
         for (std::uint64_t off = 0; off < n; off += 64) __builtin_prefetch(next.key + off, 0, 3);
@@ -321,7 +333,7 @@ void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t
   const dataset::state& st = *fs.source;
   const std::uint64_t row_bytes = fs.want.row_bytes;
   const io_mode asked = io != io_mode::automatic ? io : st.io;
-  const bool by_read = asked != io_mode::map;  // automatic: reads (see io_mode::automatic)
+  const bool by_read = asked != io_mode::map;
   for (std::size_t k = 0; k < count; ++k) {
     const std::size_t i = checked_index(st, f.indices[k], k);
     const dataset_item& it = st.items[i];
@@ -339,7 +351,8 @@ void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t
     tasks.push_back({&f, &it, i, start, fs.length, row_bytes,
                      f.out + static_cast<std::uint64_t>(k) * fs.length * row_bytes,
                      f.valid ? f.valid + k : nullptr, data, data + offset,
-                     by_read && it.data && it.c_contiguous ? st.files[it.shard].fd() : -1});
+                     by_read && it.data && it.c_contiguous ? st.files[it.shard].fd() : -1,
+                     asked == io_mode::automatic});
   }
 }
 

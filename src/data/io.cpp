@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "detail/errors.hpp"
@@ -73,6 +74,21 @@ void advise_random(const void* data, std::size_t n) {
   const auto begin = reinterpret_cast<std::uintptr_t>(data) / page * page;
   const auto end = reinterpret_cast<std::uintptr_t>(data) + n;
   if (data && n) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
+}
+
+bool resident(const std::byte* data, std::uint64_t n) {
+  constexpr std::size_t max_pages = 64;
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  if (n == 0) return true;
+  const auto at = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t begin = at / page * page;
+  const std::uint64_t span = std::min<std::uint64_t>(at + n - begin, max_pages * page);
+  unsigned char in_core[max_pages];
+  if (::mincore(reinterpret_cast<void*>(begin), span, in_core) != 0) return false;
+  for (std::uint64_t i = 0; i < (span + page - 1) / page; ++i) {
+    if (!(in_core[i] & 1)) return false;
+  }
+  return true;
 }
 
 void will_need(int fd, std::uint64_t offset, std::uint64_t n) {

@@ -57,6 +57,11 @@ std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_
 /// Failure is ignored.
 void advise_random(const void* data, std::size_t n);
 
+/// True when every page of the file mapping [data, data + n) is in the page cache (mincore;
+/// only the first 64 pages are looked at). Does not say whether this process has faulted
+/// them in: a fresh process's first touch still costs a (minor) page fault.
+bool resident(const std::byte* data, std::uint64_t n);
+
 /// Asks the kernel to start reading [offset, offset + n) of `fd` into the page cache
 /// (POSIX_FADV_WILLNEED) without waiting for it. Failure is ignored: it is only advice.
 void will_need(int fd, std::uint64_t offset, std::uint64_t n);

@@ -576,6 +576,7 @@ TEST_SUITE("gather io") {
         if (::truncate(path.c_str(), static_cast<off_t>(data)) != 0) std::_Exit(4);
         mmnpz::excerpt_options o;
         o.threads = 2;
+        o.io = mmnpz::io_mode::read;
         run(ds, {1, 0}, {0, 0}, 10, o);
       } catch (const mmnpz::error& e) {
         code = e.member() == "clip_1.npy" && e.offset() == data ? 0 : 5;

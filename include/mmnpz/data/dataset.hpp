@@ -28,9 +28,10 @@ shard_order parse_shard_order(std::string_view text);
 
 /// How gather copies the bytes of stored (not deflated) members into its output.
 enum class io_mode {
-  /// The library chooses: positional reads (as io_mode::read). Reads cost about the same as
-  /// a copy through a mapping that is already faulted in, and far less when it is not (a
-  /// fresh process, pages evicted from the page cache, a dataset larger than memory).
+  /// The library chooses, for each chunk of a batch (about a quarter of a thread's share),
+  /// by whether the pages of its first excerpt are in the page cache (mincore): a copy
+  /// through the mapping when they are (fastest once the mapping is faulted in), positional
+  /// reads as io_mode::read when they are not (a dataset larger than memory, or evicted).
   automatic,
   /// Positional reads (pread) from the archive straight into the output, on the gather's
   /// threads: no page fault, no page of the archive mapped. Pieces that are not in the page
