@@ -181,11 +181,6 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
     readers[i].emplace(s->paths[i]);
     per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), options.select);
     s->files[i] = detail::archive_file(s->paths[i]);
-    // Gather through the mapping jumps from piece to piece: no read-around on faults.
-    if (options.io == io_mode::map) {
-      const bytes_view all = readers[i]->file_bytes();
-      detail::advise_random(all.data, all.size);
-    }
   });
   s->readers.reserve(n);
   for (auto& r : readers) s->readers.push_back(std::move(*r));

@@ -69,13 +69,6 @@ std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_
   return done;
 }
 
-void advise_random(const void* data, std::size_t n) {
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<std::uintptr_t>(data) / page * page;
-  const auto end = reinterpret_cast<std::uintptr_t>(data) + n;
-  if (data && n) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM);
-}
-
 bool resident(const std::byte* data, std::uint64_t n) {
   constexpr std::size_t max_pages = 64;
   static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));

@@ -53,10 +53,6 @@ class archive_file {
 std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_t n, bool nowait,
                       std::string_view path, std::uint64_t done = 0);
 
-/// Advises MADV_RANDOM on a file mapping [data, data + n) (no read-around on page faults).
-/// Failure is ignored.
-void advise_random(const void* data, std::size_t n);
-
 /// True when every page of the file mapping [data, data + n) is in the page cache (mincore;
 /// only the first 64 pages are looked at). Does not say whether this process has faulted
 /// them in: a fresh process's first touch still costs a (minor) page fault.

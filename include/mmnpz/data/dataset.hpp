@@ -38,8 +38,7 @@ enum class io_mode {
   /// cache are read ahead all at once (POSIX_FADV_WILLNEED) so that the disk sees a deep queue.
   read,
   /// memcpy through the archive's memory mapping (a page fault at each first touch of a page,
-  /// a synchronous disk read per fault when it is not cached). A dataset opened with it advises
-  /// MADV_RANDOM on its mappings.
+  /// a synchronous disk read per fault when it is not cached, with the kernel's read-around).
   map,
 };
 
