@@ -231,11 +231,17 @@ struct plan {
     chunk_reader cr{*this};
     // io_mode::automatic: a copy from memory is fastest when the pages are in the page cache
     // (and mapped), reads are when they are not (no synchronous fault per page, and every
-    // piece of the batch read ahead at once). The chunk's first piece tells which (mincore).
-    for (std::size_t t = bounds[c]; t < bounds[c + 1]; ++t) {
+    // piece of the batch read ahead at once). The chunk's first piece tells which (mincore),
+    // unless the batch is read ahead or its dataset recently had pieces out of memory: then
+    // pages are arriving or partly there, and a fault on a piece that is not costs a
+    // synchronous read of 128 KiB around it (a chunk of such faults made a Loader over
+    // evicted data 3x slower than reads; probing every excerpt instead cost warm gathers a
+    // third).
+    for (std::size_t t = bounds[c]; t < bounds[c + 1] && !read_ahead_started; ++t) {
       const task& first = tasks[t];
       if (first.fd < 0 || !first.automatic) continue;
-      cr.map = detail::resident(first.key, std::min(first.length, first.item->length) *
+      cr.map = state_of(*first.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
+               detail::resident(first.key, std::min(first.length, first.item->length) *
                                                first.row_bytes);
       break;
     }
