@@ -67,16 +67,19 @@ class Dataset:
     of some of the items, in the order given, sharing the open archives; ``split`` and
     :func:`concat` make views too. A view works wherever a Dataset does. Pickling sends the
     archive names (and a view's item numbers): the other process opens the archives itself.
+    ``io`` ("auto", "read" or "map") is how gather copies stored members by default (see
+    Dataset.gather); ``ds[i]`` is a memory map whatever it says.
     """
 
-    def __init__(self, source, *, select=None, order="concatenate", threads=0, min_length=0):
+    def __init__(self, source, *, select=None, order="concatenate", threads=0, min_length=0,
+                 io="auto"):
         if isinstance(source, Dataset) and select is None and order == "concatenate":
             self._adopt(source, source._map)
         else:
             self._specs = _specs(source, "Dataset")
             try:
                 self._options = _mmnpz.DatasetOptions(select=select or "", order=order,
-                                                      threads=threads)
+                                                      threads=threads, io=io)
                 self._d = _mmnpz.Dataset(self._specs, self._options)
             except (ValueError, IndexError) as e:
                 raise _in_user_words(e, "Dataset") from None
@@ -116,7 +119,7 @@ class Dataset:
 
     def __reduce__(self):
         o = self._options
-        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads, self._map))
+        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads, self._map, o.io))
 
     def __len__(self):
         return len(self._d) if self._map is None else len(self._map)
@@ -310,7 +313,7 @@ class Dataset:
         return [self.subset(part == k) for k in range(len(fractions))]
 
     def gather(self, indices, starts, length, *, out=None, pad="none", fill=0, threads=0,
-               valid=False):
+               valid=False, io="auto"):
         """Excerpts rows [starts[k], starts[k] + length) of items indices[k], stacked in one
         C-contiguous array ``(len(indices), length, *trailing)``, new or ``out``.
 
@@ -320,11 +323,19 @@ class Dataset:
         Every request is checked before anything is copied; the copy runs in C++ on
         ``threads`` threads (0: every core) without the GIL. Items must share dtype and
         trailing shape (TypeError / ValueError naming the first that does not).
+
+        ``io`` says how stored members' bytes are copied: "read" with positional reads from
+        the file (no page faults; pieces not in the page cache are read ahead together),
+        "map" through the memory mapping, "auto" (default) as the Dataset's ``io`` says,
+        whose "auto" copies through the mapping the excerpts whose pages are in the page
+        cache and reads the others. An archive truncated
+        after it was opened raises mmnpz.FormatError naming the member with "read" (with
+        "map" the process gets SIGBUS).
         """
         # The one-field case without gather_fields' generality: this runs once per batch.
         try:
             length = int(length)
-            options = _excerpt_options(length, pad, operator.index(threads))
+            options = _excerpt_options(length, pad, operator.index(threads), io)
             indices = self._to_base(_int64_vector(indices, "indices"))
             starts = _int64_vector(starts, "starts")
             dtype, trailing = self._batch_layout(indices)
@@ -473,9 +484,9 @@ def _int64_vector(values, what):
 
 
 @functools.lru_cache(maxsize=64)
-def _excerpt_options(length, pad, threads):
+def _excerpt_options(length, pad, threads, io="auto"):
     """An ExcerptOptions, shared by the calls that give the same arguments (none changes it)."""
-    return _mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads)
+    return _mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads, io=io)
 
 
 def _fill_bytes(pad, fill, dtype):
@@ -494,13 +505,13 @@ def _out_array(out, shape, dtype):
     return out
 
 
-def _reopen_dataset(specs, select, order, threads, mapping=None):
-    ds = Dataset(specs, select=select or None, order=order, threads=threads)
+def _reopen_dataset(specs, select, order, threads, mapping=None, io="auto"):
+    ds = Dataset(specs, select=select or None, order=order, threads=threads, io=io)
     return ds if mapping is None else ds._view(mapping)
 
 
 def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, threads=0,
-                  valid=False):
+                  valid=False, io="auto"):
     """The same excerpt windows taken from several aligned datasets in one call.
 
     ``fields`` lists ``(dataset, indices, rate)``: field f's excerpt k is rows
@@ -510,7 +521,7 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     See Dataset.gather for the rest.
     """
     try:
-        options = _excerpt_options(int(length), pad, operator.index(threads))
+        options = _excerpt_options(int(length), pad, operator.index(threads), io)
         if outs is None:
             out_for = _new_out
         elif len(outs) != len(fields):

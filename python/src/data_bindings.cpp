@@ -139,6 +139,8 @@ template <>
 struct option<mmnpz::sampling> : enum_option<mmnpz::sampling, &mmnpz::parse_sampling> {};
 template <>
 struct option<mmnpz::shard_order> : enum_option<mmnpz::shard_order, &mmnpz::parse_shard_order> {};
+template <>
+struct option<mmnpz::io_mode> : enum_option<mmnpz::io_mode, &mmnpz::parse_io_mode> {};
 
 template <>
 struct option<mmnpz::excerpt_options> {  // nested: an ExcerptOptions object
@@ -293,6 +295,7 @@ void bind_dataset(py::module_& m) {
       .field("select", &mmnpz::dataset_options::select)
       .field("order", &mmnpz::dataset_options::order)
       .field("threads", &mmnpz::dataset_options::threads)
+      .field("io", &mmnpz::dataset_options::io)
       .done();
 
   py::class_<mmnpz::dataset>(m, "Dataset",
@@ -340,6 +343,7 @@ void bind_gather(py::module_& m) {
       .field("pad", &mmnpz::excerpt_options::pad)
       .field("fill", &mmnpz::excerpt_options::fill)
       .field("threads", &mmnpz::excerpt_options::threads)
+      .field("io", &mmnpz::excerpt_options::io)
       .done();
 
   py::class_<py_gather_field>(m, "GatherField",

@@ -24,6 +24,7 @@ using detail::dataset_item;
 
 const detail::enum_text<shard_order, 2> order_text{
     "<dataset>", "order", {"concatenate", "interleave"}};
+const detail::enum_text<io_mode, 3> io_text{"<dataset>", "io", {"auto", "read", "map"}};
 
 bool has_pattern(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
@@ -119,6 +120,7 @@ shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& 
       h.shape = v.shape();
       h.fortran_order = v.fortran_order();
       it.data = v.data();
+      it.offset = v.file_offset();
     }
     if (h.shape.empty()) {
       throw errors::invalid_argument(
@@ -144,7 +146,12 @@ std::size_t thread_count(std::size_t wanted) {
 
 std::string_view to_string(shard_order order) { return order_text.name(order); }
 shard_order parse_shard_order(std::string_view text) { return order_text.parse(text); }
-void validate(const dataset_options& options) { order_text.check(options.order); }
+std::string_view to_string(io_mode io) { return io_text.name(io); }
+io_mode parse_io_mode(std::string_view text) { return io_text.parse(text); }
+void validate(const dataset_options& options) {
+  order_text.check(options.order);
+  io_text.check(options.io);
+}
 
 std::vector<std::string> expand_paths(const std::vector<std::string>& specs) {
   std::vector<std::string> out;
@@ -182,9 +189,12 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
   const std::size_t n = s->paths.size();
   std::vector<std::optional<reader>> readers(n);
   std::vector<shard_items> per_shard(n);
+  s->files.resize(n);
+  s->io = options.io;
   detail::thread_pool::shared().run(n, thread_count(options.threads), [&](std::size_t i) {
     readers[i].emplace(s->paths[i]);
     per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), options.select);
+    s->files[i] = detail::archive_file(s->paths[i]);
   });
   s->readers.reserve(n);
   for (auto& r : readers) s->readers.push_back(std::move(*r));
@@ -202,12 +212,15 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
     longest = std::max(longest, p.items.size());
   }
   s->items.reserve(total);
+  s->name_ends.reserve(total);
   s->lengths.reserve(total);
   auto add = [&](std::size_t sh, std::size_t k) {
     dataset_item it = per_shard[sh].items[k];
     it.layout = global_layout[sh][it.layout];
     s->items.push_back(it);
     s->lengths.push_back(it.length);
+    s->member_names += s->readers[sh].member(it.member).name;
+    s->name_ends.push_back(s->member_names.size());
   };
   if (options.order == shard_order::concatenate) {
     for (std::size_t sh = 0; sh < n; ++sh) {

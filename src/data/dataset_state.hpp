@@ -5,12 +5,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "data/io.hpp"
 #include "mmnpz/data/dataset.hpp"
 #include "mmnpz/reader.hpp"
 
@@ -20,6 +22,7 @@ namespace detail {
 /// What gather needs of one item.
 struct dataset_item {
   const std::byte* data = nullptr;  ///< first byte of the array data; null when deflated
+  std::uint64_t offset = 0;         ///< where the data begins in the file (when stored)
   std::uint64_t length = 0;         ///< shape[0]
   std::uint32_t shard = 0;          ///< which archive
   std::uint32_t layout = 0;         ///< index into dataset::layouts()
@@ -32,6 +35,16 @@ struct dataset_item {
 struct dataset::state {
   std::vector<std::string> paths;
   std::vector<reader> readers;
+  std::vector<detail::archive_file> files;  ///< one descriptor per archive, for io_mode::read
+  /// Every item's member name, copied at opening: errors about a read name the member even
+  /// when the archive (and its directory) was truncated since. Item i's is
+  /// member_names[name_ends[i - 1], name_ends[i]).
+  std::string member_names;
+  std::vector<std::size_t> name_ends;
+  io_mode io = io_mode::automatic;
+  /// Batches left to read ahead before their gather starts (gather_async), set when a read
+  /// found its pieces out of the page cache, counted down by each batch read ahead.
+  mutable std::atomic<int> cold_batches{0};
   std::vector<detail::dataset_item> items;
   std::vector<std::uint64_t> lengths;
   std::vector<item_layout> layouts;
@@ -42,6 +55,11 @@ struct dataset::state {
   const detail::dataset_item& item(std::size_t i) const;
   /// What errors about the dataset name: its archive when it has one.
   std::string where() const { return paths.size() == 1 ? paths[0] : "<dataset>"; }
+  /// Item i's member name, from the copy made at opening.
+  std::string_view member_name(std::size_t i) const {
+    const std::size_t begin = i == 0 ? 0 : name_ends[i - 1];
+    return std::string_view(member_names).substr(begin, name_ends[i] - begin);
+  }
 };
 
 /// The state of `d` (not bounds-checked access: use state::item or check indices first).

@@ -1,12 +1,14 @@
 #include "mmnpz/data/gather.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "data/dataset_state.hpp"
 #include "data/enum_text.hpp"
+#include "data/io.hpp"
 #include "data/thread_pool.hpp"
 #include "detail/errors.hpp"
 #include "npz/py_literal.hpp"
@@ -16,9 +18,13 @@ namespace {
 
 __extension__ typedef unsigned __int128 u128;  // exact products of two 64-bit values
 
+// Batches that gather_async reads ahead of time after one found its pieces out of memory.
+constexpr int cold_batches_ahead = 8;
+
 using detail::dataset_item;
 
 const detail::enum_text<pad_mode, 3> pad_text{"<gather>", "pad", {"none", "fill", "wrap"}};
+const detail::enum_text<io_mode, 3> io_text{"<gather>", "io", {"auto", "read", "map"}};
 
 // An error about item i, naming its archive and member.
 template <class Helper>
@@ -73,16 +79,6 @@ void copy_strided(const array_view& v, std::uint64_t row, std::uint64_t n, std::
   }
 }
 
-void copy_rows(const dataset& ds, std::size_t i, const dataset_item& it, const std::byte* data,
-               std::uint64_t row, std::uint64_t n, std::uint64_t row_bytes, std::byte* dst) {
-  if (n == 0) return;
-  if (it.c_contiguous) {
-    std::memcpy(dst, data + row * row_bytes, n * row_bytes);
-  } else {
-    copy_strided(ds.array(i), row, n, dst);
-  }
-}
-
 void fill_rows(std::byte* dst, std::uint64_t bytes, const std::vector<std::byte>& element) {
   if (bytes == 0) return;
   if (element.empty() ||
@@ -112,10 +108,59 @@ struct task {
   std::int64_t* valid;
   const std::byte* data;  // the item's data (the mapping, or its inflated copy)
   const std::byte* key;   // where the read begins, for ordering by file offset
+  int fd;                 // read from this descriptor (io_mode::read), or -1: copy from data
+  bool automatic;         // io_mode::automatic: read or copy as the chunk's probe says
 };
 
-void run_task(const task& t, const excerpt_options& o) {
-  const dataset& ds = *t.field->source;
+struct plan;
+
+// What the tasks of one chunk share while one thread copies them: whether reads may still
+// expect the page cache to hold their pieces.
+struct chunk_reader {
+  const plan& work;
+  bool cached = true;  // try RWF_NOWAIT first; cleared at the first piece not in memory
+  bool map = false;    // automatic tasks copy from the mapping: their pages are in memory
+};
+
+void read_ahead(const plan& p);  // below: starts reading every piece of the plan
+
+void read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
+               chunk_reader& cr) {
+  const dataset::state& st = state_of(*t.field->source);
+  const std::string& path = st.paths[t.item->shard];
+  const std::uint64_t offset = t.item->offset + row * t.row_bytes;
+  const std::uint64_t bytes = n * t.row_bytes;
+  std::uint64_t done = 0;
+  if (cr.cached) {
+    done = detail::read_at(t.fd, offset, dst, bytes, /*nowait=*/true, path);
+    if (done == bytes) return;
+    // A piece that is not in memory: let the disk work on every piece of the batch at once
+    // rather than on one piece per thread, and read the rest of this chunk blocking.
+    cr.cached = false;
+    read_ahead(cr.work);
+    st.cold_batches.store(cold_batches_ahead, std::memory_order_relaxed);
+  }
+  done = detail::read_at(t.fd, offset, dst, bytes, /*nowait=*/false, path, done);
+  if (done < bytes) {
+    throw errors::corrupt_zip(path, st.member_name(t.index), offset,
+                              "read " + std::to_string(done) + " of " + std::to_string(bytes) +
+                                  " bytes: the archive was truncated after it was opened");
+  }
+}
+
+void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
+               chunk_reader& cr) {
+  if (n == 0) return;
+  if (t.fd >= 0 && !(t.automatic && cr.map)) {
+    read_rows(t, row, n, dst, cr);
+  } else if (t.item->c_contiguous) {
+    std::memcpy(dst, t.data + row * t.row_bytes, n * t.row_bytes);
+  } else {
+    copy_strided(t.field->source->array(t.index), row, n, dst);
+  }
+}
+
+void run_task(const task& t, const excerpt_options& o, chunk_reader& cr) {
   const dataset_item& it = *t.item;
   const std::uint64_t len = it.length;
   std::uint64_t copied = 0;
@@ -123,13 +168,13 @@ void run_task(const task& t, const excerpt_options& o) {
     std::uint64_t row = t.start % len;
     while (copied < t.length) {
       const std::uint64_t n = std::min(len - row, t.length - copied);
-      copy_rows(ds, t.index, it, t.data, row, n, t.row_bytes, t.dst + copied * t.row_bytes);
+      copy_rows(t, row, n, t.dst + copied * t.row_bytes, cr);
       copied += n;
       row = 0;
     }
   } else {
     copied = std::min(t.length, len - t.start);  // start <= len was checked
-    copy_rows(ds, t.index, it, t.data, t.start, copied, t.row_bytes, t.dst);
+    copy_rows(t, t.start, copied, t.dst, cr);
     fill_rows(t.dst + copied * t.row_bytes, (t.length - copied) * t.row_bytes,
               t.field->fill.empty() ? o.fill : t.field->fill);
   }
@@ -140,7 +185,10 @@ void run_task(const task& t, const excerpt_options& o) {
 
 std::string_view to_string(pad_mode pad) { return pad_text.name(pad); }
 pad_mode parse_pad_mode(std::string_view text) { return pad_text.parse(text); }
-void validate(const excerpt_options& options) { pad_text.check(options.pad); }
+void validate(const excerpt_options& options) {
+  pad_text.check(options.pad);
+  io_text.check(options.io);
+}
 
 std::uint64_t field_length(std::uint64_t length, std::uint64_t num, std::uint64_t den) {
   if (num == 0 || den == 0) {
@@ -175,21 +223,55 @@ struct plan {
   std::vector<task> tasks;
   std::vector<std::size_t> bounds{0, 0};  // chunk c is tasks [bounds[c], bounds[c + 1])
   std::size_t threads = 1;
+  bool reads = false;                       // some task reads from a descriptor
+  mutable std::atomic<bool> read_ahead_started{false};  // read_ahead() ran (once is enough)
 
   std::size_t chunks() const { return bounds.size() - 1; }
   void run_chunk(std::size_t c) const {
+    chunk_reader cr{*this};
+    // io_mode::automatic: a copy from memory is fastest when the pages are in the page cache
+    // (and mapped), reads are when they are not (no synchronous fault per page, and every
+    // piece of the batch read ahead at once). The chunk's first piece tells which (mincore),
+    // unless the batch is read ahead or its dataset recently had pieces out of memory: then
+    // pages are arriving or partly there, and a fault on a piece that is not costs a
+    // synchronous read of 128 KiB around it (a chunk of such faults made a Loader over
+    // evicted data 3x slower than reads; probing every excerpt instead cost warm gathers a
+    // third).
+    for (std::size_t t = bounds[c]; t < bounds[c + 1] && !read_ahead_started; ++t) {
+      const task& first = tasks[t];
+      if (first.fd < 0 || !first.automatic) continue;
+      cr.map = state_of(*first.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
+               detail::resident(first.key, std::min(first.length, first.item->length) *
+                                               first.row_bytes);
+      break;
+    }
     for (std::size_t t = bounds[c]; t < bounds[c + 1]; ++t) {
       // Start loading the next excerpt while this one is copied: random reads are latency
       // bound, and the hardware prefetcher only follows a stream once it has begun.
-      if (t + 1 < bounds[c + 1]) {
+      if (t + 1 < bounds[c + 1] && (tasks[t + 1].fd < 0 || (cr.map && tasks[t + 1].automatic))) {
         const task& next = tasks[t + 1];
         const std::uint64_t n = std::min<std::uint64_t>(next.length * next.row_bytes, 4096);
         for (std::uint64_t off = 0; off < n; off += 64) __builtin_prefetch(next.key + off, 0, 3);
       }
-      run_task(tasks[t], options);
+      run_task(tasks[t], options, cr);
     }
   }
 };
+
+void read_ahead(const plan& p) {
+  if (p.read_ahead_started.exchange(true)) return;
+  for (const task& t : p.tasks) {
+    if (t.fd < 0) continue;
+    const std::uint64_t len = t.item->length;
+    const std::uint64_t first = p.options.pad == pad_mode::wrap ? t.start % len : t.start;
+    // A wrapped excerpt of more rows than the member needs the whole member.
+    const std::uint64_t rows = std::min(t.length, len - std::min(first, len));
+    const bool whole = p.options.pad == pad_mode::wrap && rows < t.length;
+    const std::uint64_t begin = whole ? 0 : first;
+    const std::uint64_t end = whole ? len : first + rows;
+    detail::will_need(t.fd, t.item->offset + begin * t.row_bytes, (end - begin) * t.row_bytes);
+  }
+}
 
 // What every excerpt of one field shares.
 struct field_shape {
@@ -253,9 +335,11 @@ void check_window(const dataset::state& st, std::size_t i, std::uint64_t start,
 
 // Checks every excerpt of field `f` and adds a task for each.
 void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t* starts,
-                std::size_t count, pad_mode pad, std::vector<task>& tasks) {
+                std::size_t count, pad_mode pad, io_mode io, std::vector<task>& tasks) {
   const dataset::state& st = *fs.source;
   const std::uint64_t row_bytes = fs.want.row_bytes;
+  const io_mode asked = io != io_mode::automatic ? io : st.io;
+  const bool by_read = asked != io_mode::map;
   for (std::size_t k = 0; k < count; ++k) {
     const std::size_t i = checked_index(st, f.indices[k], k);
     const dataset_item& it = st.items[i];
@@ -272,7 +356,9 @@ void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t
     const std::uint64_t offset = std::min(start, it.length) * row_bytes;
     tasks.push_back({&f, &it, i, start, fs.length, row_bytes,
                      f.out + static_cast<std::uint64_t>(k) * fs.length * row_bytes,
-                     f.valid ? f.valid + k : nullptr, data, data + offset});
+                     f.valid ? f.valid + k : nullptr, data, data + offset,
+                     by_read && it.data && it.c_contiguous ? st.files[it.shard].fd() : -1,
+                     asked == io_mode::automatic});
   }
 }
 
@@ -307,13 +393,15 @@ std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const st
   p->tasks.reserve(p->fields.size() * count);
   for (std::size_t fi = 0; fi < p->fields.size(); ++fi) {
     const gather_field& f = p->fields[fi];
-    plan_field(f, check_field(f, lengths[fi], count, o), starts, count, o.pad, p->tasks);
+    plan_field(f, check_field(f, lengths[fi], count, o), starts, count, o.pad, o.io,
+               p->tasks);
   }
   // Read in address order: file order within an archive.
   std::sort(p->tasks.begin(), p->tasks.end(),
             [](const task& a, const task& b) { return a.key < b.key; });
   p->threads = o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
   p->bounds = chunk_bounds(p->tasks, p->threads);
+  for (const task& t : p->tasks) p->reads = p->reads || t.fd >= 0;
   return p;
 }
 
@@ -359,6 +447,19 @@ void gather(const std::vector<gather_field>& fields, const std::int64_t* starts,
 pending_gather gather_async(const std::vector<gather_field>& fields, const std::int64_t* starts,
                             std::size_t count, const excerpt_options& o) {
   std::shared_ptr<const plan> p = make_plan(fields, starts, count, o);
+  // A dataset whose last batches were not in memory: start reading this one now, while the
+  // pool may still be busy with earlier batches.
+  if (p->reads) {
+    bool cold = false;
+    for (const gather_field& f : p->fields) {
+      std::atomic<int>& left = state_of(*f.source).cold_batches;
+      int n = left.load(std::memory_order_relaxed);
+      while (n > 0 && !left.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+      }
+      cold = cold || n > 0;
+    }
+    if (cold) read_ahead(*p);
+  }
   pending_gather pending;
   pending.s_ = std::make_unique<pending_gather::state>();
   pending.s_->ticket = detail::thread_pool::shared().post(p->chunks(), p->threads,

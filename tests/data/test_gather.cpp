@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <thread>
 
+#include "data/io.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "test_support.hpp"
 
@@ -346,5 +348,244 @@ TEST_SUITE("gather") {
       }
       CHECK(last == expected(ds, idx[0], start[0], 20, mmnpz::pad_mode::none));
     }
+  }
+}
+
+// ---- gather by reads (io_mode) ----
+
+namespace {
+
+// Bytes of an excerpt gathered with io mode `io` from a single-field dataset, any dtype.
+std::vector<std::byte> gather_bytes(const mmnpz::dataset& ds, const std::vector<std::int64_t>& idx,
+                                    const std::vector<std::int64_t>& start, std::size_t length,
+                                    mmnpz::pad_mode pad, mmnpz::io_mode io,
+                                    std::vector<std::byte> fill = {}) {
+  mmnpz::excerpt_options o;
+  o.length = length;
+  o.pad = pad;
+  o.io = io;
+  o.fill = std::move(fill);
+  const std::uint64_t row = ds.layout(static_cast<std::size_t>(idx[0])).row_bytes;
+  std::vector<std::byte> out(idx.size() * length * row, std::byte{0xAB});
+  mmnpz::gather(ds, idx.data(), start.data(), idx.size(), out.data(), out.size(), o);
+  return out;
+}
+
+// Returns short counts, EINTR and (for RWF_NOWAIT) EAGAIN at random, else reads for real.
+std::atomic<unsigned> flaky_state{12345};
+std::atomic<int> flaky_calls{0};
+ssize_t flaky_pread(int fd, void* buf, std::size_t n, off_t offset, int flags) {
+  ++flaky_calls;
+  unsigned x = flaky_state.fetch_add(0x9E3779B9u) * 2654435761u;
+  x ^= x >> 15;
+  switch (x % 5) {
+    case 0:
+      errno = EINTR;
+      return -1;
+    case 1:
+      if (flags != 0) {
+        errno = EAGAIN;
+        return -1;
+      }
+      break;
+    case 2:
+      n = std::min<std::size_t>(n, 1 + x % 7);  // a short count
+      break;
+    default:
+      break;
+  }
+  return ::pread(fd, buf, n, offset);
+}
+
+// Restores the real system call at the end of a scope.
+struct pread_seam {
+  explicit pread_seam(mmnpz::detail::pread_function f) { mmnpz::detail::set_pread_for_testing(f); }
+  ~pread_seam() { mmnpz::detail::set_pread_for_testing(nullptr); }
+};
+
+}  // namespace
+
+TEST_SUITE("gather io") {
+  TEST_CASE("io modes parse, print and are validated like the other options") {
+    CHECK(mmnpz::parse_io_mode("read") == mmnpz::io_mode::read);
+    CHECK(mmnpz::to_string(mmnpz::io_mode::automatic) == "auto");
+    CHECK_THROWS_WITH_AS(mmnpz::parse_io_mode("mmap"),
+                         "<dataset>: io must be one of 'auto', 'read', 'map', not 'mmap'",
+                         mmnpz::error);
+    mmnpz::excerpt_options o;
+    o.io = static_cast<mmnpz::io_mode>(7);
+    CHECK_THROWS_WITH_AS(mmnpz::validate(o),
+                         "<gather>: io must be one of 'auto', 'read', 'map', not 7", mmnpz::error);
+    mmnpz::dataset_options d;
+    d.io = static_cast<mmnpz::io_mode>(3);
+    CHECK_THROWS_WITH_AS(mmnpz::validate(d),
+                         "<dataset>: io must be one of 'auto', 'read', 'map', not 3", mmnpz::error);
+  }
+
+  TEST_CASE("reads and the mapping give the same excerpts in every pad mode, across member ends") {
+    const std::vector<std::size_t> frames{5, 17, 1, 33, 8, 64, 2};
+    for (const mmnpz::io_mode opened : {mmnpz::io_mode::automatic, mmnpz::io_mode::map}) {
+      const std::string path = test::scratch("g_io_modes.npz");
+      make("g_io_modes.npz", frames);
+      mmnpz::dataset_options dopt;
+      dopt.io = opened;
+      const mmnpz::dataset ds(path, dopt);
+      std::mt19937 rng(7);
+      std::vector<std::int64_t> idx(40), start(40);
+      for (int k = 0; k < 40; ++k) {
+        idx[k] = rng() % frames.size();
+        start[k] = rng() % (frames[idx[k]] + 1);  // up to the member's end: crossing it
+      }
+      for (const auto pad : {mmnpz::pad_mode::fill, mmnpz::pad_mode::wrap}) {
+        const float fill = 2.5f;
+        std::vector<std::byte> fb(4);
+        std::memcpy(fb.data(), &fill, 4);
+        const auto want = expected(ds, idx, start, 20, pad, pad == mmnpz::pad_mode::fill ? fill : 0);
+        std::vector<std::byte> want_bytes(want.size() * 4);
+        std::memcpy(want_bytes.data(), want.data(), want_bytes.size());
+        for (const auto io : {mmnpz::io_mode::read, mmnpz::io_mode::map, mmnpz::io_mode::automatic}) {
+          CAPTURE(static_cast<int>(io));
+          CAPTURE(static_cast<int>(pad));
+          CHECK(gather_bytes(ds, idx, start, 20, pad, io, fb) == want_bytes);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("reads and the mapping agree for every dtype and for several fields at their rates") {
+    const std::string path = test::scratch("g_io_dtypes.npz");
+    {
+      mmnpz::writer w(path);
+      for (int k = 0; k < 6; ++k) {
+        const std::size_t n = 3 + 5 * k;
+        std::vector<std::int8_t> a(n * 3);
+        std::vector<std::uint16_t> b(n);
+        std::vector<double> c(n * 2);
+        std::vector<std::int64_t> d(n / 2 + 1);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::int8_t>(k * 31 + i);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint16_t>(k * 977 + i);
+        for (std::size_t i = 0; i < c.size(); ++i) c[i] = k + 0.001 * i;
+        for (std::size_t i = 0; i < d.size(); ++i) d[i] = -k * 100000 - static_cast<int>(i);
+        const std::string s = std::to_string(k);
+        w.write("a" + s, a.data(), {n, 3});
+        w.write("b" + s, b.data(), {n});
+        w.write("c" + s, c.data(), {n, 2});
+        w.write("d" + s, d.data(), {n / 2 + 1});
+      }
+    }
+    std::vector<mmnpz::dataset> sets;
+    for (const char* sel : {"a*", "b*", "c*", "d*"}) {
+      mmnpz::dataset_options o;
+      o.select = sel;
+      sets.emplace_back(path, o);
+    }
+    std::vector<std::int64_t> idx{5, 0, 3, 3, 1, 4, 2}, start(idx.size());
+    for (std::size_t k = 0; k < idx.size(); ++k) start[k] = (k * 7) % (3 + 5 * idx[k]);
+    for (const auto pad : {mmnpz::pad_mode::fill, mmnpz::pad_mode::wrap}) {
+      for (std::size_t d = 0; d < 3; ++d) {  // "d" items are shorter: a field at rate 1/2
+        const mmnpz::dataset& ds = sets[d];
+        CHECK(gather_bytes(ds, idx, start, 9, pad, mmnpz::io_mode::read) ==
+              gather_bytes(ds, idx, start, 9, pad, mmnpz::io_mode::map));
+      }
+      // Fields "a" at rate 1 and "d" at rate 1/2, into one call.
+      auto both = [&](mmnpz::io_mode io) {
+        std::vector<std::int8_t> a(idx.size() * 8 * 3);
+        std::vector<std::int64_t> d(idx.size() * 4);
+        mmnpz::gather_field fa, fd;
+        fa.source = &sets[0];
+        fa.indices = idx.data();
+        fa.out = reinterpret_cast<std::byte*>(a.data());
+        fa.out_bytes = a.size();
+        fd.source = &sets[3];
+        fd.indices = idx.data();
+        fd.rate_den = 2;
+        fd.out = reinterpret_cast<std::byte*>(d.data());
+        fd.out_bytes = d.size() * 8;
+        mmnpz::excerpt_options o;
+        o.length = 8;
+        o.pad = pad;
+        o.io = io;
+        mmnpz::gather({fa, fd}, start.data(), idx.size(), o);
+        return std::make_pair(a, d);
+      };
+      CHECK(both(mmnpz::io_mode::read) == both(mmnpz::io_mode::map));
+    }
+  }
+
+  TEST_CASE("short reads, EINTR and pieces not in the page cache are retried until complete") {
+    std::vector<std::size_t> frames;
+    for (std::size_t k = 0; k < 50; ++k) frames.push_back(10 + (k * 7) % 40);
+    const auto ds = make("g_io_flaky.npz", frames);
+    std::vector<std::int64_t> idx(64), start(64);
+    for (int k = 0; k < 64; ++k) {
+      idx[k] = (k * 11) % 50;
+      start[k] = k % 12;
+    }
+    const auto want = expected(ds, idx, start, 24, mmnpz::pad_mode::wrap);
+    const pread_seam seam(&flaky_pread);
+    flaky_calls = 0;
+    for (std::size_t threads : {1, 2, 4}) {
+      mmnpz::excerpt_options o;
+      o.pad = mmnpz::pad_mode::wrap;
+      o.io = mmnpz::io_mode::read;
+      o.threads = threads;
+      CHECK(run(ds, idx, start, 24, o) == want);
+    }
+    CHECK(flaky_calls > 3 * 64);  // the seam was used, and retried
+  }
+
+  TEST_CASE("an archive truncated after opening is an error naming member and offset") {
+    const auto ds = make("g_io_truncated.npz", {10, 10, 10});
+    const std::string path = ds.paths()[0];
+    const std::uint64_t data = ds.array(1).file_offset();  // rows of 12 bytes
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(data + 53)) == 0);
+    const std::vector<std::int64_t> idx{0, 1}, start{0, 2};
+    mmnpz::excerpt_options o;
+    o.length = 6;
+    o.io = mmnpz::io_mode::read;
+    std::vector<float> out(2 * 6 * bins);
+    const std::string want = path + ": member 'clip_1.npy' at offset " + std::to_string(data + 24) +
+                             ": read 29 of 72 bytes: the archive was truncated after it was opened";
+    CHECK_THROWS_WITH_AS(mmnpz::gather(ds, idx.data(), start.data(), 2,
+                                       reinterpret_cast<std::byte*>(out.data()), out.size() * 4, o),
+                         want.c_str(), mmnpz::error);
+    // The same from a background gather: wait() throws it.
+    auto pending = [&] {
+      mmnpz::gather_field f;
+      f.source = &ds;
+      f.indices = idx.data();
+      f.out = reinterpret_cast<std::byte*>(out.data());
+      f.out_bytes = out.size() * 4;
+      return mmnpz::gather_async({f}, start.data(), 2, o);
+    }();
+    CHECK_THROWS_WITH_AS(pending.wait(), want.c_str(), mmnpz::error);
+    // Item 0 lies before the cut: it is still read.
+    const std::vector<std::int64_t> first{0};
+    CHECK(run(ds, first, {4}, 6, o) == expected(ds, first, {4}, 6, mmnpz::pad_mode::none));
+  }
+
+  TEST_CASE("a forked child reads an archive truncated under it as an error, not SIGBUS") {
+    const auto ds = make("g_io_truncated_fork.npz", {10, 10});
+    const std::string path = ds.paths()[0];
+    const std::uint64_t data = ds.array(1).file_offset();
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      int code = 3;
+      try {
+        if (::truncate(path.c_str(), static_cast<off_t>(data)) != 0) std::_Exit(4);
+        mmnpz::excerpt_options o;
+        o.threads = 2;
+        o.io = mmnpz::io_mode::read;
+        run(ds, {1, 0}, {0, 0}, 10, o);
+      } catch (const mmnpz::error& e) {
+        code = e.member() == "clip_1.npy" && e.offset() == data ? 0 : 5;
+      }
+      std::_Exit(code);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
   }
 }

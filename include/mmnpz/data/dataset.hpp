@@ -28,6 +28,28 @@ std::string_view to_string(shard_order order);
 /// 'concatenate', 'interleave', not 'x'").
 shard_order parse_shard_order(std::string_view text);
 
+/// How gather copies the bytes of stored (not deflated) members into its output.
+enum class io_mode {
+  /// The library chooses, for each chunk of a batch (about a quarter of a thread's share),
+  /// by whether the pages of its first excerpt are in the page cache (mincore): a copy
+  /// through the mapping when they are (fastest once the mapping is faulted in), positional
+  /// reads as io_mode::read when they are not (a dataset larger than memory, or evicted).
+  automatic,
+  /// Positional reads (pread) from the archive straight into the output, on the gather's
+  /// threads: no page fault, no page of the archive mapped. Pieces that are not in the page
+  /// cache are read ahead all at once (POSIX_FADV_WILLNEED) so that the disk sees a deep queue.
+  read,
+  /// memcpy through the archive's memory mapping (a page fault at each first touch of a page,
+  /// a synchronous disk read per fault when it is not cached, with the kernel's read-around).
+  map,
+};
+
+/// "auto", "read" or "map".
+std::string_view to_string(io_mode io);
+/// The io_mode named `text`; throws errc::invalid_argument ("io must be one of 'auto', 'read',
+/// 'map', not 'mmap'").
+io_mode parse_io_mode(std::string_view text);
+
 /// How a dataset opens its archives.
 struct dataset_options {
   /// A shell pattern (fnmatch) on member names without ".npy"; only matching members are
@@ -39,9 +61,12 @@ struct dataset_options {
   shard_order order = shard_order::concatenate;
   /// Threads that open archives and decode .npy headers (0: every core).
   std::size_t threads = 0;
+  /// How gather copies this dataset's stored members unless excerpt_options::io says otherwise.
+  io_mode io = io_mode::automatic;
 };
 
-/// Throws errc::invalid_argument for an `order` that is no shard_order. The dataset
+/// Throws errc::invalid_argument for an `order` that is no shard_order or an `io` that is no
+/// io_mode. The dataset
 /// constructor calls it.
 void validate(const dataset_options& options);
 
@@ -65,7 +90,8 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& specs);
 /// Many .npz archives opened as one sequence of array items with a global index 0..size()-1,
 /// the unit that gather() and the samplers work on.
 ///
-/// Opening maps every archive and decodes every selected member's .npy header (in parallel),
+/// Opening maps every archive, opens a file descriptor on each (O_CLOEXEC; gather reads
+/// through it, see io_mode; it stays valid in a forked child) and decodes every selected member's .npy header (in parallel),
 /// so lengths, dtypes and trailing shapes are known without touching array data. Stored
 /// members stay in the mapping; of a deflated member only the header is inflated at opening,
 /// its data on its first gather, and then held by its reader for the dataset's lifetime (so
@@ -77,7 +103,7 @@ class dataset {
   /// Opens the archives `specs` name (see expand_paths). Throws mmnpz::error naming the
   /// archive and member when one cannot be opened or decoded, errc::not_an_array when a
   /// selected member is not an array, errc::invalid_argument for a selected 0-d array or
-  /// options that validate() refuses.
+  /// options that validate() refuses, errc::io when an archive cannot be opened.
   explicit dataset(const std::vector<std::string>& specs, dataset_options options = {});
   /// Opens the archives one spec names (a path, a pattern or a shard spec).
   explicit dataset(const std::string& spec, dataset_options options = {})

@@ -34,9 +34,14 @@ struct excerpt_options {
   std::vector<std::byte> fill;
   /// Threads of the shared pool to use, the caller included (0: every core).
   std::size_t threads = 0;
+  /// How stored members' bytes are copied: io_mode::automatic takes each dataset's own
+  /// dataset_options::io. Deflated members and members whose rows are not contiguous
+  /// (Fortran order) are always copied from memory.
+  io_mode io = io_mode::automatic;
 };
 
-/// Throws errc::invalid_argument for a `pad` that is no pad_mode. gather() calls it; what
+/// Throws errc::invalid_argument for a `pad` that is no pad_mode or an `io` that is no
+/// io_mode. gather() calls it; what
 /// depends on the items (the fill's size, the windows) is checked by gather() itself.
 void validate(const excerpt_options& options);
 
@@ -80,6 +85,13 @@ item_layout batch_layout(const dataset& source, const std::int64_t* indices, std
 /// pad_mode::none, a non-empty member for pad_mode::wrap; out_bytes); errors name the archive
 /// and member. Copies run on the shared thread pool, reading items in file order; no lock
 /// is taken and nothing is allocated per item. Safe to call from many threads at once.
+/// With io_mode::read, an archive that was truncated after it was opened throws
+/// errc::corrupt_zip naming the archive, the member and the offset of the read that came up
+/// short (with io_mode::map, touching the missing pages raises SIGBUS, as for any mapping;
+/// io_mode::automatic copies through the mapping only pages that mincore found in memory
+/// when the chunk began, but a truncation racing with the copy, or inside the file's last
+/// page, is still the mapping's SIGBUS or zeros: force io_mode::read for files that may
+/// shrink).
 void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
             const excerpt_options& options);
 
@@ -94,8 +106,9 @@ class pending_gather {
   /// Waits for the copy to end (an error it raised is dropped): the outputs are never
   /// written after a pending_gather is gone.
   ~pending_gather();
-  /// Helps with the copying on the calling thread until every excerpt is in place. Copying
-  /// itself raises nothing (every check was made by gather_async); later calls return at once.
+  /// Helps with the copying on the calling thread until every excerpt is in place, then
+  /// throws what a read raised (an archive truncated after it was opened, an I/O error);
+  /// nothing else can fail (every check was made by gather_async). Later calls return at once.
   void wait();
 
   struct state;
