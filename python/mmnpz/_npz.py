@@ -664,14 +664,15 @@ class NpzWriter:
         return repr(np.lib.format.dtype_to_descr(array.dtype))
 
     def write(self, name, array):
-        """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'``;
+        """Writes ``array`` (anything ``numpy.asarray`` takes) as member ``name + '.npy'``;
         a ``bytes``, ``bytearray`` or ``memoryview`` value is written as ``write_bytes()``
-        does, under exactly ``name``. Contiguous arrays are written from their memory, strided
-        ones in chunks (a copy when deflating)."""
+        does, under exactly ``name``. Subclasses (masked arrays, matrices, memmaps) are
+        written as their plain array data, as ``numpy.savez`` writes them. Contiguous arrays
+        are written from their memory, strided ones in chunks (a copy when deflating)."""
         if _is_bytes_value(array):
             self.write_bytes(name, array)
             return
-        array = np.asanyarray(array)
+        array = np.asarray(array)
         descr = self._descr(name, array)
         with self._lock:
             writer = self._open_writer()

@@ -93,7 +93,7 @@ class ShardWriter:
     def _array(name, array):
         """(bytes, descr, shape, fortran_order) of what write() writes."""
         ShardWriter._check_name(name)
-        array = np.asanyarray(array)
+        array = np.asarray(array)  # subclasses as their plain data, as numpy.savez writes
         if array.dtype.hasobject:
             raise ValueError(f"{name!r}: object arrays cannot be written (they need pickle)")
         descr = repr(np.lib.format.dtype_to_descr(array.dtype))
@@ -109,7 +109,7 @@ class ShardWriter:
             raise TypeError(f"member names must be str, not {type(name).__name__}")
 
     def write(self, name, array):
-        """Writes ``array`` (anything ``numpy.asanyarray`` takes) as member ``name + '.npy'`` of
+        """Writes ``array`` (anything ``numpy.asarray`` takes) as member ``name + '.npy'`` of
         the current shard or a new one. C- and Fortran-contiguous arrays are written from their
         memory; other arrays are copied to C order first."""
         self._writer.write(name, *self._array(name, array))

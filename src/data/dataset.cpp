@@ -14,6 +14,7 @@
 #include "data/enum_text.hpp"
 #include "data/thread_pool.hpp"
 #include "detail/errors.hpp"
+#include "detail/paths.hpp"
 #include "detail/names.hpp"
 #include "mmnpz/npy.hpp"
 
@@ -156,6 +157,7 @@ void validate(const dataset_options& options) {
 std::vector<std::string> expand_paths(const std::vector<std::string>& specs) {
   std::vector<std::string> out;
   for (const std::string& spec : specs) {
+    detail::check_path(spec);  // a pattern cut at a NUL would match other files
     struct stat st {};
     if (::stat(spec.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       // A folder: every .npz inside it, sorted (escaped: the folder's name is not a pattern).

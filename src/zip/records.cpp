@@ -145,7 +145,9 @@ void emit_align(byte_sink& out, std::uint64_t total, std::uint64_t alignment) {
 // ---- names --------------------------------------------------------------------------------
 
 bool cp437_to_utf8(std::string_view raw, std::uint16_t flags, std::string& out) {
-  if (flags & flag_utf8) return false;
+  // A name flagged UTF-8 that is not (some writers set the flag on cp437 or Latin-1 names) is
+  // read as cp437 like an unflagged one, so that every name mmnpz gives out is valid UTF-8.
+  if ((flags & flag_utf8) && detail::is_valid_utf8(raw)) return false;
   if (std::all_of(raw.begin(), raw.end(),
                   [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
     return false;

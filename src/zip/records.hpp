@@ -103,8 +103,9 @@ constexpr std::uint64_t max_extra_len = 0xFFFF;
 
 // ---- names --------------------------------------------------------------------------------
 
-/// A raw ZIP name as UTF-8: as it is when flag bit 11 is set or it is ASCII, else from cp437.
-/// Returns false (and leaves `out` alone) when no conversion is needed.
+/// A raw ZIP name as UTF-8: as it is when it is ASCII, or valid UTF-8 under flag bit 11; else
+/// converted from cp437 (also a flagged name that is not valid UTF-8). Returns false (and
+/// leaves `out` alone) when no conversion is needed.
 bool cp437_to_utf8(std::string_view raw, std::uint16_t flags, std::string& out);
 
 /// The flags a name needs: flag_utf8 when it has a byte over 0x7F.

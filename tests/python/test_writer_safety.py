@@ -343,3 +343,51 @@ def test_a_failed_append_close_keeps_the_old_archive_and_recover_restores_the_re
     r = mmnpz.load(path)
     np.testing.assert_array_equal(r["small"], np.arange(10))
     assert r.verify() == {}
+
+
+def test_names_flagged_utf8_that_are_not_utf8_read_as_cp437(tmp_path):
+    """A writer that sets the UTF-8 flag on a name that is not UTF-8: mmnpz reads the name as
+    cp437 (as without the flag), so names, keys and `ls --json` stay valid text."""
+    path = tmp_path / "flagged.npz"
+    with mmnpz.NpzWriter(path) as w:
+        w.write("zz_clip", np.arange(3))
+    raw = bytearray(path.read_bytes())
+    assert raw.count(b"zz_clip") == 2  # the local header and the directory entry
+    raw[:] = raw.replace(b"zz_clip", b"\xff\x82_clip")
+    local, central = raw.index(b"PK\x03\x04"), raw.index(b"PK\x01\x02")
+    for flags_at in (local + 6, central + 8):  # general purpose flags: set bit 11 (UTF-8)
+        raw[flags_at + 1] |= 0x08
+    path.write_bytes(bytes(raw))
+    npz = mmnpz.load(path)
+    assert npz.files == ["\u00a0\u00e9_clip"]
+    assert np.array_equal(npz["\u00a0\u00e9_clip"], np.arange(3))
+    listed = subprocess.run([sys.executable, "-m", "mmnpz", "ls", "--json", str(path)],
+                            capture_output=True, check=True).stdout
+    import json
+
+    (entry,) = json.loads(listed.decode("utf-8"))
+    assert entry["name"] == "\u00a0\u00e9_clip.npy"
+
+
+def test_array_subclasses_are_written_as_numpy_savez_writes_them(tmp_path):
+    """Masked arrays (which failed with "cannot reshape array"), matrices and record arrays
+    are written as their plain data, as numpy.savez writes them."""
+    items = {"masked": np.ma.array([1, 2, 3], mask=[0, 1, 0]), "matrix": np.matrix([[1, 2], [3, 4]]),
+             "records": np.rec.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")])}
+    ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+    with mmnpz.NpzWriter(ours) as w:
+        for name, value in items.items():
+            w.write(name, value)
+    np.savez(theirs, **items)
+    with np.load(ours) as a, np.load(theirs) as b:
+        assert a.files == b.files
+        for name in a.files:
+            assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
+
+
+def test_a_dataset_pattern_with_a_nul_byte_is_refused(tmp_path):
+    """A glob cut at its NUL byte used to open whatever the shorter pattern matched."""
+    with mmnpz.NpzWriter(tmp_path / "d1.npz") as w:
+        w.write("x", np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="embedded null byte"):
+        mmnpz.Dataset(str(tmp_path / "d*.npz") + "\0x")

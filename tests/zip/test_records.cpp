@@ -172,6 +172,20 @@ TEST_SUITE("zip records") {
                          mmnpz::error);
   }
 
+  TEST_CASE("a name flagged UTF-8 that is not valid UTF-8 is read as cp437") {
+    zip::central_entry e;
+    e.name = "\xff\x82.npy";  // not UTF-8, whatever the flag says
+    e.flags = zip::flag_utf8;
+    std::string b;
+    zip::emit_central_entry(b, e);
+    std::string converted;
+    auto r = cursor(b);
+    zip::parse_central_entry(r, 0, converted);
+    CHECK(converted == "\xc2\xa0\xc3\xa9.npy");  // U+00A0, U+00E9 as cp437 has them
+    std::string out;
+    CHECK_FALSE(zip::cp437_to_utf8("d\xc3\xa9j\xc3\xa0", zip::flag_utf8, out));  // valid: kept
+  }
+
   TEST_CASE("a central entry with a bad signature names its index") {
     std::string b(46, '\0');
     auto r = cursor(b, 10);
