@@ -38,6 +38,11 @@ struct reader_options {
   /// An exception it throws propagates out of the constructor.
   std::function<void(const std::string& path, std::uint64_t bytes_after_archive)>
       on_interrupted_append;
+  /// Opens the archive as recover() would make it, without writing to the file: the members
+  /// an interrupted write left after the last directory are read too (a file that opens as it
+  /// is, is opened as it is). The archive is then an in-memory copy of the file up to its
+  /// last intact member, with the directory recover() would write.
+  bool recover = false;
 };
 
 /// A read-only memory-mapped .npz (ZIP) archive.

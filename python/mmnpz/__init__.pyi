@@ -44,7 +44,7 @@ class NpzReader:
     def __init__(self, file: _File, mmap_mode: Optional[str] = "r", *, cache: bool = True,
                  preload: bool = False, allow_pickle: bool = False,
                  max_header_size: int = 10000, encoding: str = "ASCII",
-                 fix_imports: bool = True) -> None: ...
+                 fix_imports: bool = True, recover: bool = False) -> None: ...
     @property
     def path(self) -> str: ...
     @property
@@ -67,7 +67,7 @@ class NpzReader:
 
 def load(file: _File, mmap_mode: Optional[str] = "r", allow_pickle: bool = False,
          fix_imports: bool = True, encoding: str = "ASCII", *, max_header_size: int = 10000,
-         cache: bool = True, preload: bool = False) -> Any: ...
+         cache: bool = True, preload: bool = False, recover: bool = False) -> Any: ...
 
 class _MemberStream:
     dtype: np.dtype[Any]

@@ -46,10 +46,12 @@ alignment (the largest power of two up to 65536 dividing offset) are None unless
 the data is stored. compressed is True for deflated members."""
 
 
-def _reopen(cls, path, mmap_mode, cache, preload, allow_pickle, *numpy_options):
-    max_header_size, encoding, fix_imports = numpy_options or (_MAX_HEADER_SIZE, "ASCII", True)
+def _reopen(cls, path, mmap_mode, cache, preload, allow_pickle, *more):
+    max_header_size, encoding, fix_imports, recover = (
+        tuple(more) + (_MAX_HEADER_SIZE, "ASCII", True, False)[len(more):])
     return cls(path, mmap_mode, cache=cache, preload=preload, allow_pickle=allow_pickle,
-               max_header_size=max_header_size, encoding=encoding, fix_imports=fix_imports)
+               max_header_size=max_header_size, encoding=encoding, fix_imports=fix_imports,
+               recover=recover)
 
 
 def _check_numpy_options(mmap_mode, encoding):
@@ -94,7 +96,7 @@ class _Source:
     """Where an archive comes from: the C++ reader, the display path, the file to map
     writable ("c", "r+"), and what a pickle of the reader carries."""
 
-    def __init__(self, file, mmap_mode):
+    def __init__(self, file, mmap_mode, recover=False):
         self.fd = None         # a descriptor to map for "c" and "r+", owned by the caller
         self.memory = None     # the archive's bytes when it was given in memory
         self.reopen = None     # what pickling carries (a path), or None when it cannot
@@ -117,7 +119,7 @@ class _Source:
             return
         self.path = _core.path(file)
         self.reopen = self.path
-        self.reader = _mmnpz.Reader(self.path)
+        self.reader = _mmnpz.Reader(self.path, recover=recover)
 
     def writable_mapping(self, mmap_mode):
         """The buffer views are made from in "c" and "r+" modes."""
@@ -221,17 +223,24 @@ class NpzReader(collections.abc.Mapping):
     :param max_header_size: refuse .npy headers longer than this (numpy's ``ValueError``)
     :param encoding: for pickles written by Python 2: ``"ASCII"``, ``"latin1"`` or ``"bytes"``
     :param fix_imports: for pickles written by Python 2, as ``pickle.load`` takes it
+    :param recover: open a path whose writer died (no directory, or an interrupted append) as
+        :func:`recover` would make it, in memory, without writing to the file
     """
 
     def __init__(self, file, mmap_mode="r", *, cache=True, preload=False, allow_pickle=False,
-                 max_header_size=_MAX_HEADER_SIZE, encoding="ASCII", fix_imports=True):
+                 max_header_size=_MAX_HEADER_SIZE, encoding="ASCII", fix_imports=True,
+                 recover=False):
         _check_numpy_options(mmap_mode, encoding)
-        source = _Source(file, mmap_mode)
+        if recover and (mmap_mode in ("c", "r+") or not isinstance(file, (str, bytes,
+                                                                           os.PathLike))):
+            raise ValueError("recover=True reads a path, with mmap_mode 'r' or None: it opens "
+                             "an in-memory copy of what `mmnpz recover` would make of the file")
+        source = _Source(file, mmap_mode, bool(recover))
         self._source = source
         self._path = source.path
         self._pickle_path = source.reopen
         self._options = (mmap_mode, bool(cache), bool(preload), bool(allow_pickle),
-                         max_header_size, encoding, bool(fix_imports))
+                         max_header_size, encoding, bool(fix_imports), bool(recover))
         self._mode = mmap_mode
         self._max_header_size = max_header_size
         self._pickle_kwargs = {"encoding": encoding, "fix_imports": bool(fix_imports)}
@@ -465,7 +474,7 @@ class NpzReader(collections.abc.Mapping):
 
 
 def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="ASCII", *,
-         max_header_size=_MAX_HEADER_SIZE, cache=True, preload=False):
+         max_header_size=_MAX_HEADER_SIZE, cache=True, preload=False, recover=False):
     """``numpy.load`` for .npz archives (an :class:`NpzReader`, memory-mapped) and .npy files,
     with numpy's arguments and their meaning (see :class:`NpzReader`). A .npy file gives what
     ``numpy.load`` gives: with a ``mmap_mode`` a ``numpy.memmap`` (also from a file object
@@ -473,13 +482,16 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
     path, a binary file object (read from its current position, as numpy does; an archive is
     then read whole, as zipfile does), or the contents as ``bytes`` (starting with the ZIP or
     .npy magic), ``bytearray`` or ``memoryview``. Unlike numpy, ``mmap_mode`` defaults to
-    ``"r"``: pass ``None`` for numpy's copies."""
+    ``"r"``: pass ``None`` for numpy's copies. ``recover=True`` opens an archive whose writer
+    died (no directory, or an append interrupted) as :func:`recover` would make it, in memory,
+    without writing to the file."""
     _check_numpy_options(mmap_mode, encoding)
     npy = dict(mmap_mode=mmap_mode, allow_pickle=bool(allow_pickle),
                pickle_kwargs={"encoding": encoding, "fix_imports": bool(fix_imports)},
                max_header_size=max_header_size)
     npz = dict(cache=cache, preload=preload, allow_pickle=allow_pickle,
-               max_header_size=max_header_size, encoding=encoding, fix_imports=fix_imports)
+               max_header_size=max_header_size, encoding=encoding, fix_imports=fix_imports,
+               recover=recover)
     if _is_data(file):
         if bytes(file[:len(_NPY_MAGIC)]) == _NPY_MAGIC:
             return _load_npy(io.BytesIO(file), **npy)

@@ -265,15 +265,19 @@ void bind_reader(py::module_& m) {
         R"(The numpy dtype of a .npy descr literal, made once per process.)");
 
   py::class_<py_reader>(m, "Reader", R"(A memory-mapped .npz archive (see mmnpz::reader).)")
-      .def(py::init([](const std::string& path) {
+      .def(py::init([](const std::string& path, bool recover) {
              std::optional<mmnpz::reader> opened;
              {
                py::gil_scoped_release nogil;  // parsing the directory
-               opened.emplace(path);
+               mmnpz::reader_options o;
+               o.recover = recover;
+               opened.emplace(path, o);
              }
              return std::make_unique<py_reader>(std::move(*opened));
            }),
-           py::arg("path"), R"(Maps the file and parses its central directory, without the GIL.)")
+           py::arg("path"), py::arg("recover") = false,
+           R"(Maps the file and parses its central directory, without the GIL; with recover,
+opens what mmnpz::recover() would make of it, in memory.)")
       .def_static(
           "from_bytes",
           [](const py::buffer& data, const std::string& display_name) {

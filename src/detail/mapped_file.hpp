@@ -29,4 +29,8 @@ mapped_bytes map_descriptor(int fd, const std::string& display_name);
 /// alignment inside it means what it means in a mapping.
 mapped_bytes copy_bytes(const void* data, std::size_t size);
 
+/// The bytes recover() would leave in `path`, built in memory (the file is not written): the
+/// file up to its last intact member, then a new directory. Defined in npz/recover.cpp.
+mapped_bytes recovered_copy(const std::string& path);
+
 }  // namespace mmnpz::detail

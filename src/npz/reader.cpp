@@ -504,8 +504,19 @@ reader::reader(std::shared_ptr<const archive> a) : a_(std::move(a)) {}
 
 reader::reader(const std::string& path) : reader(path, reader_options{}) {}
 
-reader::reader(const std::string& path, const reader_options& options)
-    : a_(std::make_shared<const archive>(path, detail::map_file(path))) {
+reader::reader(const std::string& path, const reader_options& options) {
+  try {
+    a_ = std::make_shared<const archive>(path, detail::map_file(path));
+  } catch (const error& e) {
+    if (!options.recover || e.code() != errc::corrupt_zip) throw;
+    // No directory to open (a first write killed): what recover() would make of it.
+    a_ = std::make_shared<const archive>(path, detail::recovered_copy(path));
+    return;
+  }
+  if (options.recover && (was_interrupted() || bytes_after_archive() != 0)) {
+    a_ = std::make_shared<const archive>(path, detail::recovered_copy(path));
+    return;
+  }
   if (options.on_interrupted_append && was_interrupted()) {
     options.on_interrupted_append(path, bytes_after_archive());
   }

@@ -211,6 +211,52 @@ struct fd_closer {
   }
 };
 
+namespace {
+
+// The archive recover() would make of the file's bytes: where the last intact member ends,
+// and the central directory and end records that go there.
+struct rebuilt {
+  std::uint64_t kept = 0;
+  std::string directory;
+  std::vector<std::string> names;
+};
+
+rebuilt rebuild_directory(const std::byte* p, std::uint64_t size, const std::string& path) {
+  const std::uint64_t first = zip::find_local_header(p, size, 0);
+  if (first == size) {
+    throw errors::corrupt_zip(path, {}, 0, "no local header found: nothing to recover");
+  }
+  scanner scan(path, p, size);
+  if (scan.run(first) == stop::bad_member) {
+    throw errors::corrupt_zip(path, {}, scan.problem_offset(),
+                              scan.problem() +
+                                  "; members after it would be lost, so nothing was changed");
+  }
+  rebuilt r;
+  r.kept = scan.kept();
+  for (const auto& e : scan.entries()) {  // offsets are absolute: leading bytes count
+    zip::emit_central_entry(r.directory, e);
+    r.names.emplace_back(e.name);
+  }
+  const std::uint64_t cd_size = r.directory.size();
+  zip::emit_end_records(r.directory, scan.entries().size(), cd_size, r.kept);
+  return r;
+}
+
+}  // namespace
+
+namespace detail {
+
+mapped_bytes recovered_copy(const std::string& path) {
+  const mapped_bytes file = map_file(path);
+  const rebuilt r = rebuild_directory(file.data, file.size, path);
+  std::string bytes(reinterpret_cast<const char*>(file.data), static_cast<std::size_t>(r.kept));
+  bytes += r.directory;
+  return copy_bytes(bytes.data(), bytes.size());
+}
+
+}  // namespace detail
+
 recover_result recover(const std::string& path) {
   detail::check_path(path);
   recover_result out;
@@ -241,24 +287,10 @@ recover_result recover(const std::string& path) {
     // Expected: the directory is missing or cut off. Scan the local headers instead.
   }
 
-  const std::uint64_t first = zip::find_local_header(p, size, 0);
-  if (first == size) {
-    throw errors::corrupt_zip(path, {}, 0, "no local header found: nothing to recover");
-  }
-  scanner scan(path, p, size);
-  if (scan.run(first) == stop::bad_member) {
-    throw errors::corrupt_zip(path, {}, scan.problem_offset(),
-                              scan.problem() +
-                                  "; members after it would be lost, so nothing was changed");
-  }
-  const std::uint64_t kept = scan.kept();
-  std::string cd;
-  for (const auto& e : scan.entries()) {  // offsets are absolute: leading bytes count
-    zip::emit_central_entry(cd, e);
-    out.names.emplace_back(e.name);
-  }
-  const std::uint64_t cd_size = cd.size();
-  zip::emit_end_records(cd, scan.entries().size(), cd_size, kept);
+  const rebuilt r = rebuild_directory(p, size, path);
+  for (const auto& name : r.names) out.names.push_back(name);
+  const std::uint64_t kept = r.kept;
+  const std::string& cd = r.directory;
   file = {};  // unmap before changing the file
 
   if (!writable) throw errors::os(path, "open", EACCES);
@@ -266,7 +298,7 @@ recover_result recover(const std::string& path) {
   if (::ftruncate(fd, static_cast<off_t>(kept)) != 0) throw errors::os(path, "truncate", errno);
   detail::pwrite_all(fd, cd.data(), cd.size(), kept, path);
   if (::fsync(fd) != 0) throw errors::os(path, "sync", errno);
-  out.members_recovered = scan.entries().size();
+  out.members_recovered = r.names.size();
   out.bytes_kept = kept + cd.size();
   out.bytes_cut = size - kept;
   return out;

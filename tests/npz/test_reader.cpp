@@ -568,4 +568,26 @@ TEST_SUITE("reader: interrupted appends") {
             .c_str(),
         mmnpz::error);
   }
+
+  TEST_CASE("reader_options::recover opens what recover() would make, without writing") {
+    const std::string path = test::scratch("recover_in_memory.npz");
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+      const std::int32_t a[] = {1, 2, 3};
+      w.write("a", a, {3});
+      const std::int32_t b[] = {4, 5};
+      w.write("b", b, {2});
+    }
+    std::string bytes = test::read_file(path);
+    bytes.resize(bytes.find("PK\x01\x02"));  // the writer died before its directory
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    CHECK_THROWS_AS(mmnpz::reader{path}, mmnpz::error);
+    mmnpz::reader_options o;
+    o.recover = true;
+    const mmnpz::reader r(path, o);
+    REQUIRE(r.size() == 2);
+    CHECK(r.verify().ok());
+    CHECK(r.array("b").data_as<std::int32_t>()[1] == 5);
+    CHECK(test::read_file(path) == bytes);  // nothing written
+  }
 }

@@ -391,3 +391,36 @@ def test_a_dataset_pattern_with_a_nul_byte_is_refused(tmp_path):
         w.write("x", np.zeros((4, 2)))
     with pytest.raises(ValueError, match="embedded null byte"):
         mmnpz.Dataset(str(tmp_path / "d*.npz") + "\0x")
+
+
+def test_load_with_recover_reads_an_interrupted_append_in_memory_without_writing(tmp_path):
+    """mmnpz.load(path, recover=True) opens what `mmnpz recover` would make of the file, with
+    the appended members, and leaves the file byte for byte as it was."""
+    path = tmp_path / "interrupted.npz"
+    with mmnpz.NpzWriter(path) as w:
+        w.write("old", np.arange(4))
+    before = path.stat().st_size
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("new", np.arange(5) * 2)
+    full = path.read_bytes()
+    # An append killed before its directory: the new member's bytes end the file.
+    cut = full.index(b"PK\x01\x02", before)
+    path.write_bytes(full[:cut])
+    damaged = path.read_bytes()
+    with pytest.warns(mmnpz.InterruptedAppendWarning):
+        assert mmnpz.load(path).files == ["old"]
+    recovered = mmnpz.load(path, recover=True)
+    assert recovered.files == ["old", "new"]
+    assert np.array_equal(recovered["new"], np.arange(5) * 2)
+    assert path.read_bytes() == damaged
+    # A first write killed before any directory opens too.
+    first = tmp_path / "first.npz"
+    with mmnpz.NpzWriter(first) as w:
+        w.write("a", np.ones(3))
+    raw = first.read_bytes()
+    first.write_bytes(raw[:raw.index(b"PK\x01\x02")])
+    with pytest.raises(mmnpz.FormatError, match="recover"):
+        mmnpz.load(first)
+    assert np.array_equal(mmnpz.load(first, recover=True)["a"], np.ones(3))
+    with pytest.raises(ValueError, match="recover=True reads a path"):
+        mmnpz.load(first, mmap_mode="r+", recover=True)
