@@ -29,7 +29,7 @@ import torch.distributed
 import torch.utils.data
 
 from . import _core, _mmnpz
-from .data import Dataset, Sampler, gather_fields
+from .data import Dataset, Sampler, _refuse_short, gather_fields
 
 __all__ = ["ExcerptBatches", "ExcerptLoader", "loader"]
 
@@ -233,7 +233,7 @@ class ExcerptBatches(torch.utils.data.Dataset):
             kind=kind, seed=int(seed), length=int(length), hop=int(hop),
             shuffle_windows=bool(shuffle_windows), random_crop=bool(random_crop),
             num_samples=int(num_samples), rank=int(rank), world_size=int(world_size),
-            drop_remainder=bool(drop_remainder))
+            drop_remainder=bool(drop_remainder), pad=None if pad == "none" else pad)
         self.batch_size, self.length = options.batch_size, options.excerpt.length
         self.pad, self.fill, self.drop_last, self.threads = pad, fill, bool(drop_last), threads
         self.epoch = 0
@@ -251,6 +251,10 @@ class ExcerptBatches(torch.utils.data.Dataset):
                 raise ValueError(f"field {name!r} has {len(ds)} items, the data {self._items}")
             for dtype, _ in ds.layouts:
                 _torch_dtype(dtype, f"field {name!r}")
+        if pad == "none":  # short items refused now, not in the middle of an epoch
+            o = self._sampler_options
+            _refuse_short(datasets[0].lengths, o["length"], o["kind"], datasets[0],
+                          "mmnpz.torch.ExcerptBatches(pad='none')")
 
     @property
     def rank(self):

@@ -155,6 +155,7 @@ def test_forked_workers_give_the_main_process_batches(shards):
 
 def test_a_worker_gathers_each_field_straight_into_shared_memory(shards, monkeypatch):
     batches = ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=4,
+                             pad="fill",  # the shards hold a clip shorter than LENGTH
                              fields={"labels": (None, "*_labels", 0.25)})
     want = batches[1]
     assert not want["data"].is_shared()
@@ -484,3 +485,17 @@ def test_no_shared_memory_is_left_once_the_loader_is_gone(shards, context, persi
     del kept
     gc.collect()
     assert shared_memory_held(pids) == before[:2] + (set(),)
+
+
+def test_short_items_are_refused_when_the_loader_is_made(tmp_path):
+    """With pad="none", items shorter than the excerpt fail when the loader is made, naming
+    the call and the shortest item, instead of in the middle of an epoch."""
+    path = tmp_path / "short.npz"
+    with mmnpz.NpzWriter(path) as w:
+        for i in range(6):
+            w.write(f"c{i}", np.zeros((5 if i == 3 else 50, 3), np.float32))
+    with pytest.raises(ValueError, match=r"^mmnpz\.torch\.ExcerptBatches\(pad='none'\): 1 of 6 "
+                                         r"items are shorter than length=10, the shortest 'c3'"):
+        mmnpz.torch.loader(str(path), batch_size=2, length=10)
+    padded = mmnpz.torch.loader(str(path), batch_size=2, length=10, pad="fill")
+    assert sum(1 for _ in padded) == 3
