@@ -100,11 +100,10 @@ std::uint64_t read_zip64_end(const std::byte* data, const end_record& classic, e
   return pos;
 }
 
-// The archive whose classic end record is `classic` (which lies within `data`).
-directory read_from(const std::byte* data, const end_record& classic, const std::string& path) {
-  const context ctx{path};
-  directory d;
-  end_record e = classic;
+// Where the directory lies: the end records' figures, checked against the file. Any
+// difference from the stated offset is bytes before the archive that its offsets do not count.
+void place_directory(const std::byte* data, const end_record& classic, directory& d,
+                     end_record& e, const context& ctx) {
   const std::uint64_t end64 = read_zip64_end(data, classic, e, ctx);
   d.zip64 = end64 != error::no_offset;
   d.end_offset = classic.offset;
@@ -113,9 +112,7 @@ directory read_from(const std::byte* data, const end_record& classic, const std:
   if (e.disk != 0 || e.cd_disk != 0 || e.entries_here != e.entries) {
     ctx.fail(errc::unsupported, classic.offset, "multi-disk archives are not supported");
   }
-
-  // Where the directory must end: right before the (zip64) end records. Any difference from
-  // the stated offset is bytes before the archive that its offsets do not count.
+  // The directory must end right before the (zip64) end records.
   const std::uint64_t cd_end = d.zip64 ? end64 : classic.offset;
   if (e.cd_size > cd_end || e.cd_offset > cd_end - e.cd_size) {
     ctx.fail(errc::corrupt_zip, classic.offset,
@@ -125,57 +122,48 @@ directory read_from(const std::byte* data, const end_record& classic, const std:
   d.shift = cd_end - e.cd_size - e.cd_offset;
   d.cd_offset = e.cd_offset + d.shift;
   d.cd_size = e.cd_size;
+}
 
-  byte_reader r(data + d.cd_offset, d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
-  d.members.reserve(
-      static_cast<std::size_t>(std::min(e.entries, d.cd_size / central_header_size)));
-  bool ascending = true;
-  std::string converted;
-  while (!r.empty()) {
-    const central_entry c = parse_central_entry(r, d.members.size(), converted);
-    member_info m;
-    m.flags = c.flags;
-    m.method = c.method;
-    m.crc32 = c.crc32;
-    m.compressed_size = c.compressed_size;
-    m.uncompressed_size = c.uncompressed_size;
-    m.local_header_offset = c.local_header_offset;
-    if (converted.empty()) {
-      m.name = c.name;
-    } else {
-      d.name_store.push_back(std::move(converted));
-      m.name = d.name_store.back();
-    }
-    const std::uint64_t name_len = c.name.size();
-    const std::uint64_t entry_offset = c.offset;
-    const context mctx{path, m.name};
-    if (c.disk != 0) {
-      mctx.fail(errc::unsupported, entry_offset, "multi-disk archives are not supported");
-    }
-    // Checked against the directory's start, since members precede it.
-    std::uint64_t start = 0;
-    std::uint64_t end = 0;
-    if (!checked_add(m.local_header_offset, d.shift, start) ||
-        !checked_add(start, local_header_size + name_len, end) ||
-        !checked_add(end, m.compressed_size, end) || end > d.cd_offset) {
-      mctx.fail(
-          errc::corrupt_zip, entry_offset,
-          "member " +
-              range(m.local_header_offset, {local_header_size + name_len, m.compressed_size}) +
-              " (local header, name and data) runs into the central directory at " +
-              std::to_string(d.cd_offset - d.shift));
-    }
-    m.local_header_offset = start;
-    if (!d.members.empty() && start < d.members.back().local_header_offset) ascending = false;
-    d.members.push_back(m);
+// The member an entry describes, its offset made absolute and checked to lie before the
+// directory.
+member_info member_of(const central_entry& c, directory& d, std::string& converted,
+                      const std::string& path) {
+  member_info m;
+  m.flags = c.flags;
+  m.method = c.method;
+  m.crc32 = c.crc32;
+  m.compressed_size = c.compressed_size;
+  m.uncompressed_size = c.uncompressed_size;
+  if (converted.empty()) {
+    m.name = c.name;
+  } else {
+    d.name_store.push_back(std::move(converted));
+    m.name = d.name_store.back();
   }
-  if (d.members.size() != e.entries && (d.members.size() & 0xFFFF) != (e.entries & 0xFFFF)) {
-    ctx.fail(errc::corrupt_zip, classic.offset,
-             "the end record says " + std::to_string(e.entries) +
-                 " entries, the central directory holds " + std::to_string(d.members.size()));
+  const context mctx{path, m.name};
+  if (c.disk != 0) {
+    mctx.fail(errc::unsupported, c.offset, "multi-disk archives are not supported");
   }
+  // Checked against the directory's start, since members precede it.
+  const std::uint64_t name_len = c.name.size();
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+  if (!checked_add(c.local_header_offset, d.shift, start) ||
+      !checked_add(start, local_header_size + name_len, end) ||
+      !checked_add(end, m.compressed_size, end) || end > d.cd_offset) {
+    mctx.fail(errc::corrupt_zip, c.offset,
+              "member " +
+                  range(c.local_header_offset, {local_header_size + name_len, m.compressed_size}) +
+                  " (local header, name and data) runs into the central directory at " +
+                  std::to_string(d.cd_offset - d.shift));
+  }
+  m.local_header_offset = start;
+  return m;
+}
 
-  // Members must not overlap (as in zip bombs that share data between entries).
+// Members must not overlap (as in zip bombs that share data between entries). Sets
+// d.leading_bytes, the offset of the first member in the file.
+void check_no_overlap(directory& d, bool ascending, const std::string& path) {
   std::vector<std::uint32_t> order;
   if (!ascending) {
     order.resize(d.members.size());
@@ -200,6 +188,33 @@ directory read_from(const std::byte* data, const end_record& classic, const std:
     }
   }
   d.leading_bytes = d.members.empty() ? d.cd_offset : at(0).local_header_offset;
+}
+
+// The archive whose classic end record is `classic` (which lies within `data`).
+directory read_from(const std::byte* data, const end_record& classic, const std::string& path) {
+  const context ctx{path};
+  directory d;
+  end_record e = classic;
+  place_directory(data, classic, d, e, ctx);
+  byte_reader r(data + d.cd_offset, d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
+  d.members.reserve(
+      static_cast<std::size_t>(std::min(e.entries, d.cd_size / central_header_size)));
+  bool ascending = true;
+  std::string converted;
+  while (!r.empty()) {
+    const central_entry c = parse_central_entry(r, d.members.size(), converted);
+    const member_info m = member_of(c, d, converted, path);
+    if (!d.members.empty() && m.local_header_offset < d.members.back().local_header_offset) {
+      ascending = false;
+    }
+    d.members.push_back(m);
+  }
+  if (d.members.size() != e.entries && (d.members.size() & 0xFFFF) != (e.entries & 0xFFFF)) {
+    ctx.fail(errc::corrupt_zip, classic.offset,
+             "the end record says " + std::to_string(e.entries) +
+                 " entries, the central directory holds " + std::to_string(d.members.size()));
+  }
+  check_no_overlap(d, ascending, path);
   return d;
 }
 
