@@ -227,6 +227,17 @@ py::tuple array_info(const mmnpz::reader& r, std::size_t i) {
                         v.nbytes(), buffer);
 }
 
+// Writer.write and ShardWriter.write: a whole array from a buffer, without the GIL.
+template <class Writer>
+void write_array(Writer& w, const std::string& name, const py::buffer& data,
+                 const std::string& descr, const std::vector<std::uint64_t>& shape,
+                 bool fortran_order) {
+  const mmnpz::dtype type = mmnpz::parse_descr(descr);
+  const py::buffer_info info = bytes_of(data);
+  py::gil_scoped_release nogil;
+  w.write(name, info.ptr, type, shape, fortran_order);
+}
+
 py::dict member_dict(const mmnpz::member_info& mi) {
   py::dict d;
   d["name"] = py::str(mi.name.data(), mi.name.size());
@@ -410,14 +421,7 @@ void bind_writer(py::module_& m) {
            py::arg("comment") = py::none())
       .def(
           "write",
-          [](mmnpz::writer& w, const std::string& name, const py::buffer& data,
-             const std::string& descr, const std::vector<std::uint64_t>& shape,
-             bool fortran_order) {
-            const mmnpz::dtype type = mmnpz::parse_descr(descr);
-            const py::buffer_info info = bytes_of(data);
-            py::gil_scoped_release nogil;
-            w.write(name, info.ptr, type, shape, fortran_order);
-          },
+          &write_array<mmnpz::writer>,
           py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
           py::arg("fortran_order") = false,
           R"(Writes a whole array from a contiguous buffer holding its bytes in the given order.)")
@@ -545,14 +549,7 @@ void bind_tools(py::module_& m) {
            py::arg("align") = 64, py::arg("allow_duplicate_names") = false)
       .def(
           "write",
-          [](mmnpz::shard_writer& w, const std::string& name, const py::buffer& data,
-             const std::string& descr, const std::vector<std::uint64_t>& shape,
-             bool fortran_order) {
-            const mmnpz::dtype type = mmnpz::parse_descr(descr);
-            const py::buffer_info info = bytes_of(data);
-            py::gil_scoped_release nogil;
-            w.write(name, info.ptr, type, shape, fortran_order);
-          },
+          &write_array<mmnpz::shard_writer>,
           py::arg("name"), py::arg("data"), py::arg("descr"), py::arg("shape"),
           py::arg("fortran_order") = false)
       .def(
