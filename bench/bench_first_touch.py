@@ -74,11 +74,24 @@ def many_path(root):
     return os.path.join(root, "many.npz")
 
 
+def write_archive(path, count, every, what, item):
+    """Writes item(0) ... item(count - 1), each a (name, array), into `path` with progress."""
+    import mmnpz
+
+    t0 = time.perf_counter()
+    with mmnpz.NpzWriter(path, "w") as w:
+        for i in range(count):
+            w.write(*item(i))
+            if i % every == 0:
+                print(f"\r  generating {path}: {i + 1}/{count}", end="", file=sys.stderr,
+                      flush=True)
+    print(f"\r  generated {path}: {count} {what}, {os.path.getsize(path) / 1e6:.0f} MB in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+
 def generate(root, scale):
     """The two archives in `root`, unless there already with the same parameters."""
     import numpy as np
-
-    import mmnpz
 
     spectrograms = max(1, round(SPECTROGRAMS * scale))
     members = max(1, round(MEMBERS * scale))
@@ -95,28 +108,13 @@ def generate(root, scale):
     if os.path.exists(marker):
         os.unlink(marker)
     rng = np.random.default_rng(0)
-    t0 = time.perf_counter()
-    with mmnpz.NpzWriter(spec_path(root), "w") as w:
-        for i in range(spectrograms):
-            w.write(f"spec_{i:05d}", rng.standard_normal((frames_of(i), BINS), np.float32))
-            if i % 1000 == 0:
-                print(f"\r  generating {spec_path(root)}: {i + 1}/{spectrograms}", end="",
-                      file=sys.stderr, flush=True)
-    print(f"\r  generated {spec_path(root)}: {spectrograms} spectrograms, "
-          f"{os.path.getsize(spec_path(root)) / 1e9:.2f} GB in "
-          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    t0 = time.perf_counter()
+    write_archive(spec_path(root), spectrograms, 1000, "spectrograms",
+                  lambda i: (f"spec_{i:05d}",
+                             rng.standard_normal((frames_of(i), BINS), np.float32)))
     rows = rng.integers(1, 17, members)
     blocks = [np.full((r, 2), r, np.int16) for r in range(17)]
-    with mmnpz.NpzWriter(many_path(root), "w") as w:
-        for k in range(members):
-            w.write(f"m{k:07d}", blocks[rows[k]])
-            if k % 50_000 == 0:
-                print(f"\r  generating {many_path(root)}: {k + 1}/{members}", end="",
-                      file=sys.stderr, flush=True)
-    print(f"\r  generated {many_path(root)}: {members} members, "
-          f"{os.path.getsize(many_path(root)) / 1e6:.0f} MB in "
-          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    write_archive(many_path(root), members, 50_000, "members",
+                  lambda k: (f"m{k:07d}", blocks[rows[k]]))
     for p in (spec_path(root), many_path(root)):
         with open(p, "rb") as f:
             os.fsync(f.fileno())  # clean pages: POSIX_FADV_DONTNEED leaves dirty ones
