@@ -21,6 +21,29 @@ void bind_data(py::module_& m);  // data_bindings.cpp
 
 namespace {
 
+// numpy's `files`: the member names without ".npy", one new str each, made directly rather
+// than through a vector of std::string (an ASCII name is copied into a compact str).
+py::list names_list(const mmnpz::reader& r) {
+  const std::size_t n = r.size();
+  py::list out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string_view name = r.member(i).name;
+    if (name.size() >= 4 && name.substr(name.size() - 4) == ".npy") name.remove_suffix(4);
+    unsigned char high = 0;
+    for (char c : name) high |= static_cast<unsigned char>(c);
+    PyObject* s = nullptr;
+    if (high < 0x80) {
+      s = PyUnicode_New(static_cast<Py_ssize_t>(name.size()), 127);
+      if (s) std::memcpy(PyUnicode_1BYTE_DATA(s), name.data(), name.size());
+    } else {
+      s = PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "strict");
+    }
+    if (!s) throw py::error_already_set();
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), s);
+  }
+  return out;
+}
+
 // Read-only bytes that Python sees through the buffer protocol, kept alive by a shared_ptr
 // (the file mapping or an inflated buffer).
 struct shared_buffer {
@@ -318,7 +341,7 @@ opens what mmnpz::recover() would make of it, in memory.)")
       .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
       .def(
-          "names", [](const py_reader& p) { return p.r.names(); },
+          "names", [](const py_reader& p) { return names_list(p.r); },
           R"(Names without '.npy', like numpy's files.)")
       .def(
           "find", [](const py_reader& p, std::string_view key) { return p.r.find(key); },
