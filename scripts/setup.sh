@@ -9,7 +9,7 @@ packages=(build-essential cmake zlib1g-dev libxtensor-dev doctest-dev python3 py
           python3-pytest python3-dev python3-venv python3-pip python3-setuptools pybind11-dev
           python3-pybind11 python3-torch python3-soundfile python3-matplotlib unzip clang
           libclang-rt-14-dev libdeflate-dev pkg-config libcli11-dev python3-sphinx doxygen
-          python3-mypy)
+          python3-mypy liburing-dev)  # liburing-dev: bench/queue_pieces.c only
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
