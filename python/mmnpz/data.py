@@ -81,7 +81,7 @@ class Dataset:
                 self._options = _mmnpz.DatasetOptions(select=select or "", order=order,
                                                       threads=threads, io=io)
                 self._d = _mmnpz.Dataset(self._specs, self._options)
-            except (ValueError, IndexError) as e:
+            except (ValueError, IndexError, OverflowError) as e:
                 raise _in_user_words(e, "Dataset") from None
             self._base = _Base(self._d)
             self._map = None
@@ -347,7 +347,7 @@ class Dataset:
             else:
                 field = _mmnpz.GatherField(self._d, indices, out, valid=rows, fill=fill_bytes)
             _mmnpz.gather([field], starts, options)
-        except (ValueError, IndexError, TypeError) as e:
+        except _USER_ERRORS as e:
             raise _in_user_words(e, "Dataset.gather", self.paths) from None
         return (out, rows) if valid else out
 
@@ -459,10 +459,18 @@ def _archive_ranks(d):
 _SUBJECT = re.compile(r"^<(?:sampler|gather|loader|dataset)>: ")
 
 
+# The errors of a call's arguments, told in the user's words by _in_user_words.
+_USER_ERRORS = (ValueError, IndexError, TypeError, OverflowError)
+
+
 def _in_user_words(error, function, paths=()):
     """``error`` with its message told as the Python call ``function`` the user made, without
     the C++ subject ("<sampler>: ..."). Messages that begin with one of ``paths`` name the
-    archive and member at fault and stay as they are."""
+    archive and member at fault and stay as they are. An OverflowError (an int that does not
+    fit the C++ argument) becomes a ValueError."""
+    if type(error) is OverflowError:
+        return ValueError(f"{function}: a number given is too large for a 64-bit integer "
+                          f"({error})")
     if type(error) not in (ValueError, IndexError, TypeError):
         return error  # FormatError, OSError, KeyError: they name the file or the item
     message = str(error)
@@ -531,7 +539,7 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
                 return _out_array(outs[f], shape, dtype)
         specs, starts, results, valids = _prepare(fields, starts, options, out_for, fill, valid)
         _mmnpz.gather(specs, starts, options)  # everything checked, then copied
-    except (ValueError, IndexError, TypeError) as e:
+    except _USER_ERRORS as e:
         paths = [p for f in fields if isinstance(f[0], Dataset) for p in f[0].paths]
         raise _in_user_words(e, "gather_fields", paths) from None
     return (results, valids) if valid else results
@@ -613,7 +621,7 @@ class Sampler:
                 _refuse_short(lengths, options.length, options.kind, dataset,
                               "Sampler(pad='none')")
             self._s = _mmnpz.Sampler(lengths, options)
-        except (ValueError, IndexError, TypeError) as e:
+        except _USER_ERRORS as e:
             raise _in_user_words(e, "Sampler") from None
         self.kind, self.seed, self.length = options.kind, options.seed, options.length
         self.rank, self.world_size = options.rank, options.world_size
@@ -649,7 +657,7 @@ class Sampler:
             count = len(self) - position
         try:
             return self._s.sample(int(epoch), int(position), int(count))
-        except (ValueError, IndexError, TypeError) as e:
+        except _USER_ERRORS as e:
             raise _in_user_words(e, "Sampler.sample") from None
 
 
@@ -772,7 +780,7 @@ class Loader:
                                      f"same pad")
                 _refuse_short(dataset.lengths, excerpt.length, sampler.kind, dataset,
                               "Loader(pad='none')")
-        except (ValueError, IndexError, TypeError) as e:
+        except _USER_ERRORS as e:
             raise _in_user_words(e, "Loader") from None
         self.dataset, self.sampler, self.batch_size = dataset, sampler, options.batch_size
         self.length, self.pad, self.fill, self.threads = excerpt.length, excerpt.pad, fill, threads

@@ -234,6 +234,12 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
                                              "dataset of 3 items",
         lambda: mmnpz.gather_fields([(ds, [0], 0)], [0], 2): "gather_fields: a field's rate "
                                                             "must be positive, not 0",
+        lambda: mmnpz.Loader(ds, sampler, 2**70): "Loader: a number given is too large for a "
+                                                  "64-bit integer (int too big to convert)",
+        lambda: ds.gather([0], [0], 2**64): "Dataset.gather: a number given is too large for "
+                                            "a 64-bit integer (int too big to convert)",
+        lambda: mmnpz.Dataset(spec, threads=2**64): "Dataset: a number given is too large for "
+                                                    "a 64-bit integer (int too big to convert)",
     }
     for call, want in cases.items():
         got = error_of(call)
