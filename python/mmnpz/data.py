@@ -381,7 +381,7 @@ class _Base:
     @property
     def names(self):
         if self._names is None:
-            names = np.array([self._d.name(i) for i in range(len(self._d))], dtype=str)
+            names = np.array(self._d.names(), dtype=str)
             names.flags.writeable = False
             self._names = names
         return self._names

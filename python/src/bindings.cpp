@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "str_list.hpp"
 #include "mmnpz/mmnpz.hpp"
 
 namespace py = pybind11;
@@ -21,27 +22,13 @@ void bind_data(py::module_& m);  // data_bindings.cpp
 
 namespace {
 
-// numpy's `files`: the member names without ".npy", one new str each, made directly rather
-// than through a vector of std::string (an ASCII name is copied into a compact str).
+// numpy's `files`: the member names without ".npy".
 py::list names_list(const mmnpz::reader& r) {
-  const std::size_t n = r.size();
-  py::list out(n);
-  for (std::size_t i = 0; i < n; ++i) {
+  return mmnpz_python::str_list(r.size(), [&r](std::size_t i) {
     std::string_view name = r.member(i).name;
     if (name.size() >= 4 && name.substr(name.size() - 4) == ".npy") name.remove_suffix(4);
-    unsigned char high = 0;
-    for (char c : name) high |= static_cast<unsigned char>(c);
-    PyObject* s = nullptr;
-    if (high < 0x80) {
-      s = PyUnicode_New(static_cast<Py_ssize_t>(name.size()), 127);
-      if (s) std::memcpy(PyUnicode_1BYTE_DATA(s), name.data(), name.size());
-    } else {
-      s = PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "strict");
-    }
-    if (!s) throw py::error_already_set();
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), s);
-  }
-  return out;
+    return name;
+  });
 }
 
 // Read-only bytes that Python sees through the buffer protocol, kept alive by a shared_ptr

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mmnpz/mmnpz.hpp"
+#include "str_list.hpp"
 
 namespace py = pybind11;
 
@@ -324,6 +325,10 @@ void bind_dataset(py::module_& m) {
              return out;
            })
       .def("name", [](const mmnpz::dataset& d, std::size_t i) { return std::string(d.name(i)); })
+      .def("names",
+           [](const mmnpz::dataset& d) {
+             return mmnpz_python::str_list(d.size(), [&d](std::size_t i) { return d.name(i); });
+           })
       .def("find", [](const mmnpz::dataset& d, const std::string& name) { return d.find(name); })
       .def("batch_layout",
            [](const mmnpz::dataset& d, const i64_array& indices) {
