@@ -1,6 +1,7 @@
 #include "data/io.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -22,6 +23,17 @@ ssize_t system_pread(int fd, void* buf, std::size_t n, off_t offset, int flags) 
 std::atomic<pread_function> pread_call{&system_pread};
 // Cleared the first time the kernel refuses RWF_NOWAIT (EOPNOTSUPP, or a seccomp policy).
 std::atomic<bool> nowait_works{true};
+
+// Forks seen by this process's children: a child's count differs from its parent's maps'.
+std::atomic<unsigned> forks{0};
+unsigned forks_so_far() {
+  static const bool counting = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { forks.fetch_add(1, std::memory_order_relaxed); });
+    return true;
+  }();
+  (void)counting;
+  return forks.load(std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -82,6 +94,67 @@ bool resident(const std::byte* data, std::uint64_t n) {
     if (!(in_core[i] & 1)) return false;
   }
   return true;
+}
+
+void granule_map::cover(std::uint64_t file_size) {
+  // One granule more than the file needs: the mapping need not begin on a granule boundary.
+  state_ = std::vector<std::atomic<std::uint8_t>>(
+      static_cast<std::size_t>(file_size / granule_bytes + 2));
+  forks_seen_.store(forks_so_far(), std::memory_order_relaxed);
+}
+
+std::pair<std::size_t, std::size_t> granule_map::span(const std::byte* base, const std::byte* p,
+                                                      std::uint64_t n) const {
+  const auto origin = reinterpret_cast<std::uintptr_t>(base) >> granule_shift;
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const std::size_t last = state_.size() - 1;
+  const std::size_t first_granule = (at >> granule_shift) - origin;
+  const std::size_t last_granule = ((at + (n == 0 ? 0 : n - 1)) >> granule_shift) - origin;
+  return {std::min(first_granule, last), std::min(last_granule, last)};
+}
+
+granule_map::route granule_map::route_of(const std::byte* base, const std::byte* p,
+                                         std::uint64_t n) const {
+  if (state_.empty()) return route::read;
+  const auto [first, last] = span(base, p, n);
+  bool all_mapped = true;
+  for (std::size_t g = first; g <= last; ++g) {
+    const std::uint8_t s = state_[g].load(std::memory_order_relaxed);
+    if (s == 0) return route::read;
+    all_mapped = all_mapped && s == mapped;
+  }
+  return all_mapped ? route::map : route::promote;
+}
+
+void granule_map::mark_read(const std::byte* base, const std::byte* p, std::uint64_t n) {
+  if (state_.empty()) return;
+  const auto [first, last] = span(base, p, n);
+  for (std::size_t g = first; g <= last; ++g) {
+    const std::uint8_t s = state_[g].load(std::memory_order_relaxed);
+    if (s < mapped - 1) state_[g].store(s + 1, std::memory_order_relaxed);
+  }
+}
+
+void granule_map::set(const std::byte* base, const std::byte* p, std::uint64_t n,
+                      std::uint8_t value) {
+  if (state_.empty()) return;
+  const auto [first, last] = span(base, p, n);
+  for (std::size_t g = first; g <= last; ++g) state_[g].store(value, std::memory_order_relaxed);
+}
+
+void granule_map::mark_mapped(const std::byte* base, const std::byte* p, std::uint64_t n) {
+  set(base, p, n, mapped);
+}
+
+void granule_map::forget(const std::byte* base, const std::byte* p, std::uint64_t n) {
+  set(base, p, n, 0);
+}
+
+void granule_map::forget_after_fork() {
+  const unsigned now = forks_so_far();
+  unsigned seen = forks_seen_.load(std::memory_order_relaxed);
+  if (seen == now || !forks_seen_.compare_exchange_strong(seen, now)) return;
+  for (auto& s : state_) s.store(0, std::memory_order_relaxed);
 }
 
 void will_need(int fd, std::uint64_t offset, std::uint64_t n) {
