@@ -50,6 +50,8 @@ struct dataset::state {
   /// them (gather.cpp), so that datasets gathered only by io_mode::read or map pay nothing.
   mutable std::once_flag granules_made;
   mutable std::vector<detail::granule_map> granules;
+  /// For io_mode::automatic: which way of copying first touches is cheaper (gather.cpp).
+  mutable detail::first_touch_costs first_touch;
   std::vector<detail::dataset_item> items;
   std::vector<std::uint64_t> lengths;
   std::vector<item_layout> layouts;

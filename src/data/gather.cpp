@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -183,18 +184,34 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
   if (n == 0) return;
   if (t.granules) {  // io_mode::automatic: by what this process did with the granules
     using route = detail::granule_map::route;
+    using clock = std::chrono::steady_clock;
+    detail::first_touch_costs& costs = state_of(*t.field->source).first_touch;
     const std::byte* base = t.item->data - t.item->offset;  // the mapping's file offset 0
     const std::byte* src = t.data + row * t.row_bytes;
     const std::uint64_t bytes = n * t.row_bytes;
     const route r = t.granules->route_of(base, src, bytes);
-    if (r != route::read && may_map(t, src, bytes, cr)) {
+    // Mapped granules are copied; re-used ones are faulted in (once, for every later copy);
+    // unseen ones go the way that costs less so far (first_touch_costs), timed.
+    const bool map = r == route::map || r == route::promote || costs.map_next();
+    if (map && may_map(t, src, bytes, cr)) {
+      const clock::time_point begin = r == route::map ? clock::time_point() : clock::now();
       std::memcpy(dst, src, bytes);
-      if (r == route::promote) t.granules->mark_mapped(base, src, bytes);
-    } else if (read_rows(t, row, n, dst, cr)) {
-      t.granules->mark_read(base, src, bytes);
-    } else {
-      t.granules->forget(base, src, bytes);  // not in the page cache, or not known to be
+      if (r == route::map) return;
+      t.granules->mark_mapped(base, src, bytes);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
+      costs.record(/*mapped=*/true, bytes, static_cast<std::uint64_t>(ns.count()));
+      return;
     }
+    const clock::time_point begin = clock::now();
+    if (!read_rows(t, row, n, dst, cr)) {
+      t.granules->forget(base, src, bytes);  // not in the page cache, or not known to be
+      return;
+    }
+    if (r == route::read) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
+      costs.record(/*mapped=*/false, bytes, static_cast<std::uint64_t>(ns.count()));
+    }
+    t.granules->mark_read(base, src, bytes);
   } else if (t.fd >= 0) {
     read_rows(t, row, n, dst, cr);
   } else if (t.item->c_contiguous) {

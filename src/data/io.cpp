@@ -157,6 +157,41 @@ void granule_map::forget_after_fork() {
   for (auto& s : state_) s.store(0, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<int> forced_first_touch{-1};
+}  // namespace
+
+void set_first_touch_for_testing(int map) { forced_first_touch = map; }
+
+bool first_touch_costs::map_next() {
+  const int forced = forced_first_touch.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  const std::uint32_t reads = samples_[0].load(std::memory_order_relaxed);
+  const std::uint32_t maps = samples_[1].load(std::memory_order_relaxed);
+  if (reads < warmup || maps < warmup) return maps < reads;  // alternate, reading first
+  const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
+  turns_.store(turn + 1, std::memory_order_relaxed);
+  const bool map_cheaper = cost_[1].load(std::memory_order_relaxed) <
+                           cost_[0].load(std::memory_order_relaxed);
+  return turn % explore_every == explore_every - 1 ? !map_cheaper : map_cheaper;
+}
+
+void first_touch_costs::record(bool mapped, std::uint64_t bytes, std::uint64_t ns) {
+  if (bytes == 0) return;
+  const std::uint64_t per_kib = std::min<std::uint64_t>(ns * 1024 / bytes, UINT32_MAX / 2);
+  const std::uint32_t n = samples_[mapped].load(std::memory_order_relaxed);
+  const std::uint32_t old = cost_[mapped].load(std::memory_order_relaxed);
+  std::uint64_t next = per_kib;
+  if (n > 0) {
+    // A thread preempted in the middle of a copy is no measure of the copy: one sample
+    // counts for at most 4x the average, and moves it by an eighth.
+    const std::int64_t sample = static_cast<std::int64_t>(std::min<std::uint64_t>(per_kib, 4ull * old));
+    next = static_cast<std::uint64_t>(static_cast<std::int64_t>(old) + (sample - static_cast<std::int64_t>(old)) / 8);
+  }
+  cost_[mapped].store(static_cast<std::uint32_t>(std::max<std::uint64_t>(next, 1)), std::memory_order_relaxed);
+  if (n < warmup) samples_[mapped].store(n + 1, std::memory_order_relaxed);
+}
+
 void will_need(int fd, std::uint64_t offset, std::uint64_t n) {
   ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
 }

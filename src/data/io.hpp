@@ -112,6 +112,39 @@ class granule_map {
   std::atomic<unsigned> forks_seen_{0};
 };
 
+/// Which way of copying a piece of a granule this process has not touched yet is cheaper,
+/// learned from the first touches made so far (io_mode::automatic): reading it (pread from
+/// the page cache: no fault, but the kernel looks up and copies each page) or copying it
+/// through the mapping (a page fault, which maps the whole 64 KiB granule for later copies).
+/// Which wins depends on the machine and the piece size: on the 2-core development VM a
+/// random 15 KiB pread from the page cache cost 4-10 µs, the fault and copy 3-7 µs, while
+/// page faults on other virtual machines cost up to 19 µs each. Each way keeps a moving
+/// average of nanoseconds per KiB (pieces only; first touches whose pages were not in the
+/// page cache are not recorded); the first `warmup` touches of each way alternate, then the
+/// cheaper way is taken, with one touch in `explore_every` taking the other to follow
+/// changes. Relaxed atomics: concurrent updates may lose a sample, never break a choice.
+class first_touch_costs {
+ public:
+  static constexpr std::uint32_t warmup = 8;
+  static constexpr std::uint32_t explore_every = 16;
+
+  /// True when the next first touch should copy through the mapping, false: read it.
+  bool map_next();
+  /// Records a first touch of `bytes` that took `ns` nanoseconds, mapped or read.
+  void record(bool mapped, std::uint64_t bytes, std::uint64_t ns);
+  /// The moving average of ns per KiB of each way (0 before its first sample), for tests.
+  std::uint32_t cost(bool mapped) const { return cost_[mapped].load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint32_t> cost_[2] = {};     // [read, map]: ns per KiB
+  std::atomic<std::uint32_t> samples_[2] = {};  // saturating at warmup
+  std::atomic<std::uint32_t> turns_{0};
+};
+
+/// Replaces the learned first-touch choice for tests: 0 or 1 force a read or a map of every
+/// piece of an unseen granule, -1 restores learning. Set it before a gather.
+void set_first_touch_for_testing(int map);
+
 /// Asks the kernel to start reading [offset, offset + n) of `fd` into the page cache
 /// (POSIX_FADV_WILLNEED) without waiting for it. Failure is ignored: it is only advice.
 void will_need(int fd, std::uint64_t offset, std::uint64_t n);
