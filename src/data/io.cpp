@@ -171,9 +171,12 @@ bool first_touch_costs::map_next() {
   if (reads < warmup || maps < warmup) return maps < reads;  // alternate, reading first
   const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
   turns_.store(turn + 1, std::memory_order_relaxed);
-  const bool map_cheaper = cost_[1].load(std::memory_order_relaxed) <
-                           cost_[0].load(std::memory_order_relaxed);
-  return turn % explore_every == explore_every - 1 ? !map_cheaper : map_cheaper;
+  // A fault also maps the rest of the granule for the pieces that follow in it (in a batch,
+  // or the next one), which a read does not: a read must cost clearly less to be taken.
+  const std::uint64_t map_cost = cost_[1].load(std::memory_order_relaxed);
+  const std::uint64_t read_cost = cost_[0].load(std::memory_order_relaxed);
+  const bool map = read_cost * read_advantage_den >= map_cost * read_advantage_num;
+  return turn % explore_every == explore_every - 1 ? !map : map;
 }
 
 void first_touch_costs::record(bool mapped, std::uint64_t bytes, std::uint64_t ns) {
