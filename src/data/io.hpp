@@ -66,20 +66,24 @@ constexpr std::uint64_t granule_bytes = std::uint64_t{1} << granule_shift;
 
 /// What THIS process has done with each 64 KiB granule of one archive's mapping, for
 /// io_mode::automatic. A copy through the mapping is the fastest once the process's page
-/// tables map the pages; until then each new granule costs a page fault (3 to 19 µs on a
-/// virtual machine), while a pread from the page cache costs no fault. So a piece is read
-/// until the process sees its granules again (re-use: another batch, another epoch); then it
-/// is copied through the mapping, which faults the granules in once, and they are marked
-/// mapped: later pieces in them are plain memcpy. A granule whose pages are found out of the
-/// page cache goes back to unseen (its page-table entries went with the pages). One byte per
-/// granule (16 MB per TB of archive); updates are relaxed and may race: the map is advice,
-/// never needed for correctness. After fork() every map reads as unseen: a child's page
-/// tables do not hold the parent's file pages.
+/// tables map the pages; until then each new granule costs a page fault (one fault maps the
+/// granule's cached pages: the kernel's fault-around), while a pread from the page cache costs
+/// no fault but a lookup and copy of every page in the kernel. So: a piece whose granules are
+/// all mapped is copied (memcpy); a piece whose granules were all seen before (re-use:
+/// another batch, another epoch) is copied through the mapping, which faults them in once
+/// for every later copy, and they are marked mapped; a piece reaching into an unseen granule
+/// is read or faulted in as first_touch_costs says (reads count the granules as seen). A
+/// granule whose pages are found out of the page cache goes back to unseen (its page-table
+/// entries went with the pages). Granules are 64 KiB of the address space (the mapping's
+/// base need not be aligned to them). One byte per granule (16 MB per TB of archive);
+/// updates are relaxed and may race: the map is advice, never needed for correctness. After
+/// fork() every map reads as unseen: a child's page tables hold none of the parent's file
+/// pages (the kernel does not copy them for shared file mappings).
 class granule_map {
  public:
   /// What a piece should do, by the state of every granule it overlaps.
   enum class route {
-    read,     ///< some granule is unseen: pread (and count the granules as seen)
+    read,     ///< some granule is unseen: a first touch (first_touch_costs decides)
     promote,  ///< every granule was seen, some are not mapped: copy through the mapping
     map,      ///< every granule is mapped already: copy through the mapping
   };
