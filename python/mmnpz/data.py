@@ -327,8 +327,10 @@ class Dataset:
         ``io`` says how stored members' bytes are copied: "read" with positional reads from
         the file (no page faults; pieces not in the page cache are read ahead together),
         "map" through the memory mapping, "auto" (default) as the Dataset's ``io`` says,
-        whose "auto" copies through the mapping the excerpts whose pages are in the page
-        cache and reads the others. An archive truncated
+        whose "auto" copies through the mapping what this process has used before and
+        faulted in, faults in parts of the file on their second use, reads pieces not in the
+        page cache, and for a first touch takes whichever of reading and faulting in has
+        measured cheaper so far. An archive truncated
         after it was opened raises mmnpz.FormatError naming the member with "read" (with
         "map" the process gets SIGBUS).
         """

@@ -45,6 +45,13 @@ struct dataset::state {
   /// Batches left to read ahead before their gather starts (gather_async), set when a read
   /// found its pieces out of the page cache, counted down by each batch read ahead.
   mutable std::atomic<int> cold_batches{0};
+  /// For io_mode::automatic, one per archive: what this process did with each granule of
+  /// the archive's mapping (read it, or faulted it in). Made by the first gather that needs
+  /// them (gather.cpp), so that datasets gathered only by io_mode::read or map pay nothing.
+  mutable std::once_flag granules_made;
+  mutable std::vector<detail::granule_map> granules;
+  /// For io_mode::automatic: which way of copying first touches is cheaper (gather.cpp).
+  mutable detail::first_touch_costs first_touch;
   std::vector<detail::dataset_item> items;
   std::vector<std::uint64_t> lengths;
   std::vector<item_layout> layouts;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -109,22 +110,27 @@ struct task {
   const std::byte* data;  // the item's data (the mapping, or its inflated copy)
   const std::byte* key;   // where the read begins, for ordering by file offset
   int fd;                 // read from this descriptor (io_mode::read), or -1: copy from data
-  bool automatic;         // io_mode::automatic: read or copy as the chunk's probe says
+  // io_mode::automatic (with fd): the item's archive's granules, which say for each piece
+  // whether to read it or copy it through the mapping; null otherwise.
+  detail::granule_map* granules;
 };
 
 struct plan;
 
 // What the tasks of one chunk share while one thread copies them: whether reads may still
-// expect the page cache to hold their pieces.
+// expect the page cache to hold their pieces, and whether automatic pieces may be copied
+// through the mapping.
 struct chunk_reader {
   const plan& work;
   bool cached = true;  // try RWF_NOWAIT first; cleared at the first piece not in memory
-  bool map = false;    // automatic tasks copy from the mapping: their pages are in memory
+  enum class gate { unknown, open, closed } mapping = gate::unknown;
 };
 
 void read_ahead(const plan& p);  // below: starts reading every piece of the plan
+bool reading_ahead(const plan& p);  // below: whether read_ahead(p) ran
 
-void read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
+// Reads the rows; true when the page cache held them all (an RWF_NOWAIT read got them).
+bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
                chunk_reader& cr) {
   const dataset::state& st = state_of(*t.field->source);
   const std::string& path = st.paths[t.item->shard];
@@ -133,7 +139,7 @@ void read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
   std::uint64_t done = 0;
   if (cr.cached) {
     done = detail::read_at(t.fd, offset, dst, bytes, /*nowait=*/true, path);
-    if (done == bytes) return;
+    if (done == bytes) return true;
     // A piece that is not in memory: let the disk work on every piece of the batch at once
     // rather than on one piece per thread, and read the rest of this chunk blocking.
     cr.cached = false;
@@ -146,12 +152,67 @@ void read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
                               "read " + std::to_string(done) + " of " + std::to_string(bytes) +
                                   " bytes: the archive was truncated after it was opened");
   }
+  return false;
+}
+
+// Whether the chunk may copy an automatic piece [src, src + bytes) through the mapping.
+// Decided at the chunk's first such piece, as before granules were kept: not while its
+// dataset's recent batches had pieces out of memory (pages are arriving, or partly there, and
+// a fault on a missing page is a synchronous read of the 128 KiB around it: a chunk of such
+// faults made a Loader over evicted data 3x slower than reads), and only when mincore finds
+// the piece's pages in the page cache (pages the kernel evicted lost their page-table entries:
+// a granule marked mapped is then stale, and its read below marks it unseen). One probe per
+// chunk: probing every piece cost warm gathers a third. Closed too once any chunk of the
+// gather found a piece out of memory.
+bool may_map(const task& t, const std::byte* src, std::uint64_t bytes, chunk_reader& cr) {
+  using gate = chunk_reader::gate;
+  if (cr.mapping == gate::unknown) {
+    cr.mapping =
+        state_of(*t.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
+                detail::resident(src, bytes)
+            ? gate::open
+            : gate::closed;
+  }
+  if (cr.mapping == gate::open && reading_ahead(cr.work)) {
+    cr.mapping = gate::closed;
+  }
+  return cr.mapping == gate::open;
 }
 
 void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
                chunk_reader& cr) {
   if (n == 0) return;
-  if (t.fd >= 0 && !(t.automatic && cr.map)) {
+  if (t.granules) {  // io_mode::automatic: by what this process did with the granules
+    using route = detail::granule_map::route;
+    using clock = std::chrono::steady_clock;
+    detail::first_touch_costs& costs = state_of(*t.field->source).first_touch;
+    const std::byte* base = t.item->data - t.item->offset;  // the mapping's file offset 0
+    const std::byte* src = t.data + row * t.row_bytes;
+    const std::uint64_t bytes = n * t.row_bytes;
+    const route r = t.granules->route_of(base, src, bytes);
+    // Mapped granules are copied; re-used ones are faulted in (once, for every later copy);
+    // unseen ones go the way that costs less so far (first_touch_costs), timed.
+    const bool map = r == route::map || r == route::promote || costs.map_next();
+    if (map && may_map(t, src, bytes, cr)) {
+      const clock::time_point begin = r == route::map ? clock::time_point() : clock::now();
+      std::memcpy(dst, src, bytes);
+      if (r == route::map) return;
+      t.granules->mark_mapped(base, src, bytes);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
+      costs.record(/*mapped=*/true, bytes, static_cast<std::uint64_t>(ns.count()));
+      return;
+    }
+    const clock::time_point begin = clock::now();
+    if (!read_rows(t, row, n, dst, cr)) {
+      t.granules->forget(base, src, bytes);  // not in the page cache, or not known to be
+      return;
+    }
+    if (r == route::read) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
+      costs.record(/*mapped=*/false, bytes, static_cast<std::uint64_t>(ns.count()));
+    }
+    t.granules->mark_read(base, src, bytes);
+  } else if (t.fd >= 0) {
     read_rows(t, row, n, dst, cr);
   } else if (t.item->c_contiguous) {
     std::memcpy(dst, t.data + row * t.row_bytes, n * t.row_bytes);
@@ -229,29 +290,19 @@ struct plan {
   std::size_t chunks() const { return bounds.size() - 1; }
   void run_chunk(std::size_t c) const {
     chunk_reader cr{*this};
-    // io_mode::automatic: a copy from memory is fastest when the pages are in the page cache
-    // (and mapped), reads are when they are not (no synchronous fault per page, and every
-    // piece of the batch read ahead at once). The chunk's first piece tells which (mincore),
-    // unless the batch is read ahead or its dataset recently had pieces out of memory: then
-    // pages are arriving or partly there, and a fault on a piece that is not costs a
-    // synchronous read of 128 KiB around it (a chunk of such faults made a Loader over
-    // evicted data 3x slower than reads; probing every excerpt instead cost warm gathers a
-    // third).
-    for (std::size_t t = bounds[c]; t < bounds[c + 1] && !read_ahead_started; ++t) {
-      const task& first = tasks[t];
-      if (first.fd < 0 || !first.automatic) continue;
-      cr.map = state_of(*first.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
-               detail::resident(first.key, std::min(first.length, first.item->length) *
-                                               first.row_bytes);
-      break;
-    }
     for (std::size_t t = bounds[c]; t < bounds[c + 1]; ++t) {
       // Start loading the next excerpt while this one is copied: random reads are latency
-      // bound, and the hardware prefetcher only follows a stream once it has begun.
-      if (t + 1 < bounds[c + 1] && (tasks[t + 1].fd < 0 || (cr.map && tasks[t + 1].automatic))) {
+      // bound, and the hardware prefetcher only follows a stream once it has begun. Only
+      // from pages the process maps already (a prefetch of any other page is dropped).
+      if (t + 1 < bounds[c + 1]) {
         const task& next = tasks[t + 1];
         const std::uint64_t n = std::min<std::uint64_t>(next.length * next.row_bytes, 4096);
-        for (std::uint64_t off = 0; off < n; off += 64) __builtin_prefetch(next.key + off, 0, 3);
+        if (next.fd < 0 ||
+            (next.granules && cr.mapping != chunk_reader::gate::closed &&
+             next.granules->route_of(next.item->data - next.item->offset, next.key, n) ==
+                 detail::granule_map::route::map)) {
+          for (std::uint64_t off = 0; off < n; off += 64) __builtin_prefetch(next.key + off, 0, 3);
+        }
       }
       run_task(tasks[t], options, cr);
     }
@@ -272,6 +323,8 @@ void read_ahead(const plan& p) {
     detail::will_need(t.fd, t.item->offset + begin * t.row_bytes, (end - begin) * t.row_bytes);
   }
 }
+
+bool reading_ahead(const plan& p) { return p.read_ahead_started.load(std::memory_order_relaxed); }
 
 // What every excerpt of one field shares.
 struct field_shape {
@@ -333,6 +386,19 @@ void check_window(const dataset::state& st, std::size_t i, std::uint64_t start,
   }
 }
 
+// The dataset's granule maps (io_mode::automatic), made at the first call, every granule
+// unseen again in a child process after fork().
+std::vector<detail::granule_map>& granules_of(const dataset::state& st) {
+  std::call_once(st.granules_made, [&st] {
+    st.granules = std::vector<detail::granule_map>(st.readers.size());
+    for (std::size_t sh = 0; sh < st.readers.size(); ++sh) {
+      st.granules[sh].cover(st.readers[sh].file_size());
+    }
+  });
+  for (detail::granule_map& g : st.granules) g.forget_after_fork();
+  return st.granules;
+}
+
 // Checks every excerpt of field `f` and adds a task for each.
 void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t* starts,
                 std::size_t count, pad_mode pad, io_mode io, std::vector<task>& tasks) {
@@ -340,6 +406,8 @@ void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t
   const std::uint64_t row_bytes = fs.want.row_bytes;
   const io_mode asked = io != io_mode::automatic ? io : st.io;
   const bool by_read = asked != io_mode::map;
+  std::vector<detail::granule_map>* granules =
+      asked == io_mode::automatic ? &granules_of(st) : nullptr;
   for (std::size_t k = 0; k < count; ++k) {
     const std::size_t i = checked_index(st, f.indices[k], k);
     const dataset_item& it = st.items[i];
@@ -354,11 +422,12 @@ void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t
     // A deflated member is inflated here, on its first gather (once; its reader keeps it).
     const std::byte* data = it.data ? it.data : f.source->array(i).data();
     const std::uint64_t offset = std::min(start, it.length) * row_bytes;
+    const bool read = by_read && it.data && it.c_contiguous;
     tasks.push_back({&f, &it, i, start, fs.length, row_bytes,
                      f.out + static_cast<std::uint64_t>(k) * fs.length * row_bytes,
                      f.valid ? f.valid + k : nullptr, data, data + offset,
-                     by_read && it.data && it.c_contiguous ? st.files[it.shard].fd() : -1,
-                     asked == io_mode::automatic});
+                     read ? st.files[it.shard].fd() : -1,
+                     read && granules ? &(*granules)[it.shard] : nullptr});
   }
 }
 
@@ -437,9 +506,31 @@ void pending_gather::wait() {
   s->ticket.wait();
 }
 
+namespace {
+
+// A dataset whose last batches were not in memory: start reading this one at once (while the
+// pool may still be busy with earlier batches), and count it as one of them. Every gather
+// counts, synchronous or not: otherwise a dataset gathered only synchronously stays "cold"
+// forever after one piece was found out of memory, and io_mode::automatic never maps again.
+void start_if_cold(const plan& p) {
+  if (!p.reads) return;
+  bool cold = false;
+  for (const gather_field& f : p.fields) {
+    std::atomic<int>& left = state_of(*f.source).cold_batches;
+    int n = left.load(std::memory_order_relaxed);
+    while (n > 0 && !left.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+    }
+    cold = cold || n > 0;
+  }
+  if (cold) read_ahead(p);
+}
+
+}  // namespace
+
 void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
             const excerpt_options& o) {
   const std::unique_ptr<plan> p = make_plan(fields, starts, count, o);
+  start_if_cold(*p);
   detail::thread_pool::shared().run(p->chunks(), p->threads,
                                     [&](std::size_t c) { p->run_chunk(c); });
 }
@@ -447,19 +538,7 @@ void gather(const std::vector<gather_field>& fields, const std::int64_t* starts,
 pending_gather gather_async(const std::vector<gather_field>& fields, const std::int64_t* starts,
                             std::size_t count, const excerpt_options& o) {
   std::shared_ptr<const plan> p = make_plan(fields, starts, count, o);
-  // A dataset whose last batches were not in memory: start reading this one now, while the
-  // pool may still be busy with earlier batches.
-  if (p->reads) {
-    bool cold = false;
-    for (const gather_field& f : p->fields) {
-      std::atomic<int>& left = state_of(*f.source).cold_batches;
-      int n = left.load(std::memory_order_relaxed);
-      while (n > 0 && !left.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
-      }
-      cold = cold || n > 0;
-    }
-    if (cold) read_ahead(*p);
-  }
+  start_if_cold(*p);
   pending_gather pending;
   pending.s_ = std::make_unique<pending_gather::state>();
   pending.s_->ticket = detail::thread_pool::shared().post(p->chunks(), p->threads,

@@ -1,6 +1,7 @@
 #include "data/io.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -22,6 +23,17 @@ ssize_t system_pread(int fd, void* buf, std::size_t n, off_t offset, int flags) 
 std::atomic<pread_function> pread_call{&system_pread};
 // Cleared the first time the kernel refuses RWF_NOWAIT (EOPNOTSUPP, or a seccomp policy).
 std::atomic<bool> nowait_works{true};
+
+// Forks seen by this process's children: a child's count differs from its parent's maps'.
+std::atomic<unsigned> forks{0};
+unsigned forks_so_far() {
+  static const bool counting = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { forks.fetch_add(1, std::memory_order_relaxed); });
+    return true;
+  }();
+  (void)counting;
+  return forks.load(std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -82,6 +94,105 @@ bool resident(const std::byte* data, std::uint64_t n) {
     if (!(in_core[i] & 1)) return false;
   }
   return true;
+}
+
+void granule_map::cover(std::uint64_t file_size) {
+  // One granule more than the file needs: the mapping need not begin on a granule boundary.
+  state_ = std::vector<std::atomic<std::uint8_t>>(
+      static_cast<std::size_t>(file_size / granule_bytes + 2));
+  forks_seen_.store(forks_so_far(), std::memory_order_relaxed);
+}
+
+std::pair<std::size_t, std::size_t> granule_map::span(const std::byte* base, const std::byte* p,
+                                                      std::uint64_t n) const {
+  const auto origin = reinterpret_cast<std::uintptr_t>(base) >> granule_shift;
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const std::size_t last = state_.size() - 1;
+  const std::size_t first_granule = (at >> granule_shift) - origin;
+  const std::size_t last_granule = ((at + (n == 0 ? 0 : n - 1)) >> granule_shift) - origin;
+  return {std::min(first_granule, last), std::min(last_granule, last)};
+}
+
+granule_map::route granule_map::route_of(const std::byte* base, const std::byte* p,
+                                         std::uint64_t n) const {
+  if (state_.empty()) return route::read;
+  const auto [first, last] = span(base, p, n);
+  bool all_mapped = true;
+  for (std::size_t g = first; g <= last; ++g) {
+    const std::uint8_t s = state_[g].load(std::memory_order_relaxed);
+    if (s == 0) return route::read;
+    all_mapped = all_mapped && s == mapped;
+  }
+  return all_mapped ? route::map : route::promote;
+}
+
+void granule_map::mark_read(const std::byte* base, const std::byte* p, std::uint64_t n) {
+  if (state_.empty()) return;
+  const auto [first, last] = span(base, p, n);
+  for (std::size_t g = first; g <= last; ++g) {
+    const std::uint8_t s = state_[g].load(std::memory_order_relaxed);
+    if (s < mapped - 1) state_[g].store(s + 1, std::memory_order_relaxed);
+  }
+}
+
+void granule_map::set(const std::byte* base, const std::byte* p, std::uint64_t n,
+                      std::uint8_t value) {
+  if (state_.empty()) return;
+  const auto [first, last] = span(base, p, n);
+  for (std::size_t g = first; g <= last; ++g) state_[g].store(value, std::memory_order_relaxed);
+}
+
+void granule_map::mark_mapped(const std::byte* base, const std::byte* p, std::uint64_t n) {
+  set(base, p, n, mapped);
+}
+
+void granule_map::forget(const std::byte* base, const std::byte* p, std::uint64_t n) {
+  set(base, p, n, 0);
+}
+
+void granule_map::forget_after_fork() {
+  const unsigned now = forks_so_far();
+  unsigned seen = forks_seen_.load(std::memory_order_relaxed);
+  if (seen == now || !forks_seen_.compare_exchange_strong(seen, now)) return;
+  for (auto& s : state_) s.store(0, std::memory_order_relaxed);
+}
+
+namespace {
+std::atomic<int> forced_first_touch{-1};
+}  // namespace
+
+void set_first_touch_for_testing(int map) { forced_first_touch = map; }
+
+bool first_touch_costs::map_next() {
+  const int forced = forced_first_touch.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  const std::uint32_t reads = samples_[0].load(std::memory_order_relaxed);
+  const std::uint32_t maps = samples_[1].load(std::memory_order_relaxed);
+  if (reads < warmup || maps < warmup) return maps < reads;  // alternate, reading first
+  const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
+  turns_.store(turn + 1, std::memory_order_relaxed);
+  // A fault also maps the rest of the granule for the pieces that follow in it (in a batch,
+  // or the next one), which a read does not: a read must cost clearly less to be taken.
+  const std::uint64_t map_cost = cost_[1].load(std::memory_order_relaxed);
+  const std::uint64_t read_cost = cost_[0].load(std::memory_order_relaxed);
+  const bool map = read_cost * read_advantage_den >= map_cost * read_advantage_num;
+  return turn % explore_every == explore_every - 1 ? !map : map;
+}
+
+void first_touch_costs::record(bool mapped, std::uint64_t bytes, std::uint64_t ns) {
+  if (bytes == 0) return;
+  const std::uint64_t per_kib = std::min<std::uint64_t>(ns * 1024 / bytes, UINT32_MAX / 2);
+  const std::uint32_t n = samples_[mapped].load(std::memory_order_relaxed);
+  const std::uint32_t old = cost_[mapped].load(std::memory_order_relaxed);
+  std::uint64_t next = per_kib;
+  if (n > 0) {
+    // A thread preempted in the middle of a copy is no measure of the copy: one sample
+    // counts for at most 4x the average, and moves it by an eighth.
+    const std::int64_t sample = static_cast<std::int64_t>(std::min<std::uint64_t>(per_kib, 4ull * old));
+    next = static_cast<std::uint64_t>(static_cast<std::int64_t>(old) + (sample - static_cast<std::int64_t>(old)) / 8);
+  }
+  cost_[mapped].store(static_cast<std::uint32_t>(std::max<std::uint64_t>(next, 1)), std::memory_order_relaxed);
+  if (n < warmup) samples_[mapped].store(n + 1, std::memory_order_relaxed);
 }
 
 void will_need(int fd, std::uint64_t offset, std::uint64_t n) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mmnpz::detail {
@@ -57,6 +58,101 @@ std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_
 /// only the first 64 pages are looked at). Does not say whether this process has faulted
 /// them in: a fresh process's first touch still costs a (minor) page fault.
 bool resident(const std::byte* data, std::uint64_t n);
+
+/// Bytes of one granule of a granule_map: the kernel's fault-around, which maps up to this
+/// many cached pages around a faulting address (aligned in the address space) at once.
+constexpr unsigned granule_shift = 16;
+constexpr std::uint64_t granule_bytes = std::uint64_t{1} << granule_shift;
+
+/// What THIS process has done with each 64 KiB granule of one archive's mapping, for
+/// io_mode::automatic. A copy through the mapping is the fastest once the process's page
+/// tables map the pages; until then each new granule costs a page fault (one fault maps the
+/// granule's cached pages: the kernel's fault-around), while a pread from the page cache costs
+/// no fault but a lookup and copy of every page in the kernel. So: a piece whose granules are
+/// all mapped is copied (memcpy); a piece whose granules were all seen before (re-use:
+/// another batch, another epoch) is copied through the mapping, which faults them in once
+/// for every later copy, and they are marked mapped; a piece reaching into an unseen granule
+/// is read or faulted in as first_touch_costs says (reads count the granules as seen). A
+/// granule whose pages are found out of the page cache goes back to unseen (its page-table
+/// entries went with the pages). Granules are 64 KiB of the address space (the mapping's
+/// base need not be aligned to them). One byte per granule (16 MB per TB of archive);
+/// updates are relaxed and may race: the map is advice, never needed for correctness. After
+/// fork() every map reads as unseen: a child's page tables hold none of the parent's file
+/// pages (the kernel does not copy them for shared file mappings).
+class granule_map {
+ public:
+  /// What a piece should do, by the state of every granule it overlaps.
+  enum class route {
+    read,     ///< some granule is unseen: a first touch (first_touch_costs decides)
+    promote,  ///< every granule was seen, some are not mapped: copy through the mapping
+    map,      ///< every granule is mapped already: copy through the mapping
+  };
+
+  /// An empty map (every piece is routed to reads) until cover() sizes it. Not movable (it
+  /// holds atomics): make a container of them at its final size, then cover() each.
+  granule_map() = default;
+  /// Sizes the map for an archive of `file_size` bytes, every granule unseen. Not thread-safe.
+  void cover(std::uint64_t file_size);
+
+  /// The route of the piece [p, p + n) of a mapping that begins at `base` (file offset 0).
+  route route_of(const std::byte* base, const std::byte* p, std::uint64_t n) const;
+  /// Counts the piece's granules as seen once more (mapped ones stay mapped).
+  void mark_read(const std::byte* base, const std::byte* p, std::uint64_t n);
+  /// Marks the piece's granules mapped: it was just copied through the mapping.
+  void mark_mapped(const std::byte* base, const std::byte* p, std::uint64_t n);
+  /// Marks the piece's granules unseen: their pages were found out of the page cache.
+  void forget(const std::byte* base, const std::byte* p, std::uint64_t n);
+  /// Marks every granule unseen when the process forked since the last call (cheap otherwise).
+  void forget_after_fork();
+
+ private:
+  static constexpr std::uint8_t mapped = 0xff;
+  // Granules [first, last] overlapped by the piece, clamped to the map.
+  std::pair<std::size_t, std::size_t> span(const std::byte* base, const std::byte* p,
+                                           std::uint64_t n) const;
+  void set(const std::byte* base, const std::byte* p, std::uint64_t n, std::uint8_t value);
+
+  std::vector<std::atomic<std::uint8_t>> state_;  // 0: unseen, 1..: seen, mapped
+  std::atomic<unsigned> forks_seen_{0};
+};
+
+/// Which way of copying a piece of a granule this process has not touched yet is cheaper,
+/// learned from the first touches made so far (io_mode::automatic): reading it (pread from
+/// the page cache: no fault, but the kernel looks up and copies each page) or copying it
+/// through the mapping (a page fault, which maps the whole 64 KiB granule for later copies).
+/// Which wins depends on the machine and the piece size: on the 2-core development VM a
+/// random 15 KiB pread from the page cache cost 4-10 µs, the fault and copy 3-7 µs, while
+/// page faults on other virtual machines cost up to 19 µs each. Each way keeps a moving
+/// average of nanoseconds per KiB (pieces only; first touches whose pages were not in the
+/// page cache are not recorded); the first `warmup` touches of each way alternate, then the
+/// cheaper way is taken, with one touch in `explore_every` taking the other to follow
+/// changes. A read is taken only when it costs less than 2/3 of a fault and copy: the fault
+/// also maps the rest of its granule for the pieces that follow there, which a per-piece
+/// cost does not see (at equal costs per piece, faulting was 15-20% faster over a batch on
+/// the development VM). Relaxed atomics: concurrent updates may lose a sample, never break
+/// a choice.
+class first_touch_costs {
+ public:
+  static constexpr std::uint32_t warmup = 8;
+  static constexpr std::uint32_t explore_every = 16;
+  static constexpr std::uint64_t read_advantage_num = 2, read_advantage_den = 3;
+
+  /// True when the next first touch should copy through the mapping, false: read it.
+  bool map_next();
+  /// Records a first touch of `bytes` that took `ns` nanoseconds, mapped or read.
+  void record(bool mapped, std::uint64_t bytes, std::uint64_t ns);
+  /// The moving average of ns per KiB of each way (0 before its first sample), for tests.
+  std::uint32_t cost(bool mapped) const { return cost_[mapped].load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint32_t> cost_[2] = {};     // [read, map]: ns per KiB
+  std::atomic<std::uint32_t> samples_[2] = {};  // saturating at warmup
+  std::atomic<std::uint32_t> turns_{0};
+};
+
+/// Replaces the learned first-touch choice for tests: 0 or 1 force a read or a map of every
+/// piece of an unseen granule, -1 restores learning. Set it before a gather.
+void set_first_touch_for_testing(int map);
 
 /// Asks the kernel to start reading [offset, offset + n) of `fd` into the page cache
 /// (POSIX_FADV_WILLNEED) without waiting for it. Failure is ignored: it is only advice.

@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -403,6 +404,48 @@ struct pread_seam {
   ~pread_seam() { mmnpz::detail::set_pread_for_testing(nullptr); }
 };
 
+// Counts the reads that gather makes (every call of the system call, RWF_NOWAIT ones too).
+std::atomic<int> pread_calls{0};
+ssize_t counting_pread(int fd, void* buf, std::size_t n, off_t offset, int flags) {
+  ++pread_calls;
+  if (flags == 0) return ::pread(fd, buf, n, offset);
+  iovec part{buf, n};
+  return ::preadv2(fd, &part, 1, offset, flags);
+}
+
+// Forces io_mode::automatic's choice for pieces of untouched granules (0: read, 1: map) in a
+// scope, instead of the cheaper way measured so far.
+struct first_touch_seam {
+  explicit first_touch_seam(int map) { mmnpz::detail::set_first_touch_for_testing(map); }
+  ~first_touch_seam() { mmnpz::detail::set_first_touch_for_testing(-1); }
+};
+
+// Reads made by one single-threaded io_mode::automatic gather of excerpts (idx, start), whose
+// bytes are checked against `pad`'s rules.
+int auto_reads(const mmnpz::dataset& ds, const std::vector<std::int64_t>& idx,
+               const std::vector<std::int64_t>& start, std::size_t length,
+               mmnpz::pad_mode pad = mmnpz::pad_mode::none) {
+  mmnpz::excerpt_options o;
+  o.pad = pad;
+  o.threads = 1;
+  o.io = mmnpz::io_mode::automatic;
+  pread_calls = 0;
+  const auto got = run(ds, idx, start, length, o);
+  const int calls = pread_calls;
+  CHECK(got == expected(ds, idx, start, length, pad));
+  return calls;
+}
+
+// Rows of 12 bytes: the first row of member `item` at or after the next granule boundary
+// (64 KiB of the address space, as the kernel's fault-around) that lies `after` bytes past
+// the member's data, counted from the member's first row.
+std::int64_t row_at_granule(const mmnpz::dataset& ds, std::size_t item, std::uint64_t after) {
+  const auto data = reinterpret_cast<std::uintptr_t>(ds.array(item).data());
+  const std::uint64_t g = mmnpz::detail::granule_bytes;
+  const std::uintptr_t boundary = (data + after + g - 1) / g * g;
+  return static_cast<std::int64_t>((boundary - data + 11) / 12);
+}
+
 }  // namespace
 
 TEST_SUITE("gather io") {
@@ -447,6 +490,17 @@ TEST_SUITE("gather io") {
           CAPTURE(static_cast<int>(io));
           CAPTURE(static_cast<int>(pad));
           CHECK(gather_bytes(ds, idx, start, 20, pad, io, fb) == want_bytes);
+        }
+        // io=auto with either first touch, then again (granules seen, or mapped).
+        for (const int map_first : {0, 1}) {
+          const first_touch_seam seam(map_first);
+          const mmnpz::dataset fresh(path, dopt);
+          for (int pass = 0; pass < 3; ++pass) {
+            CAPTURE(map_first);
+            CAPTURE(pass);
+            CHECK(gather_bytes(fresh, idx, start, 20, pad, mmnpz::io_mode::automatic, fb) ==
+                  want_bytes);
+          }
         }
       }
     }
@@ -587,5 +641,101 @@ TEST_SUITE("gather io") {
     REQUIRE(::waitpid(child, &status, 0) == child);
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
+  }
+  TEST_CASE("io=auto reads untouched granules, copies re-used ones through the mapping") {
+    // Members of 240,000 bytes: several 64 KiB granules each.
+    const auto ds = make("g_io_granules.npz", {20000, 20000, 20000});
+    const pread_seam seam(&counting_pread);
+    const first_touch_seam reads_first(0);
+    const std::int64_t b = row_at_granule(ds, 1, 1000);  // a boundary inside member 1
+    const std::int64_t g = static_cast<std::int64_t>(mmnpz::detail::granule_bytes / 12);
+    REQUIRE(b + 2 * g + 10 < 20000);
+    // A piece crossing the boundary is read: neither granule was touched.
+    CHECK(auto_reads(ds, {1}, {b - 5}, 10) == 1);
+    // Again: both granules were seen, so it is copied through the mapping, and so is any
+    // other piece inside them.
+    CHECK(auto_reads(ds, {1}, {b - 5}, 10) == 0);
+    CHECK(auto_reads(ds, {1}, {b + 10}, 50) == 0);
+    CHECK(auto_reads(ds, {1}, {b - 60}, 40) == 0);
+    // A piece reaching into an untouched granule is read, once.
+    CHECK(auto_reads(ds, {1}, {b + g - 3}, 10) == 1);
+    CHECK(auto_reads(ds, {1}, {b + g - 3}, 10) == 0);
+    // Several excerpts of a batch each go their own way: one read (untouched), one mapped.
+    CHECK(auto_reads(ds, {1, 2}, {b + 20, 100}, 10) == 1);
+    CHECK(auto_reads(ds, {1, 2}, {b + 20, 100}, 10) == 0);
+  }
+
+  TEST_CASE("io=auto reads both pieces of a wrapped excerpt, then copies them") {
+    const auto ds = make("g_io_granules_wrap.npz", {20000, 20000, 20000});
+    const pread_seam seam(&counting_pread);
+    const first_touch_seam reads_first(0);
+    // Rows [19990, 20000) and [0, 10) of member 1: 240 KB apart, in two granules.
+    CHECK(auto_reads(ds, {1}, {19990}, 20, mmnpz::pad_mode::wrap) == 2);
+    CHECK(auto_reads(ds, {1}, {19990}, 20, mmnpz::pad_mode::wrap) == 0);
+    // Padding with a fill reads what the member has, once (member 2's end is far from
+    // every piece above).
+    CHECK(auto_reads(ds, {2}, {19995}, 20, mmnpz::pad_mode::fill) == 1);
+    CHECK(auto_reads(ds, {2}, {19995}, 20, mmnpz::pad_mode::fill) == 0);
+  }
+
+  TEST_CASE("io=auto maps untouched granules when the mapping is the cheaper first touch") {
+    const auto ds = make("g_io_granules_map.npz", {20000});
+    const pread_seam seam(&counting_pread);
+    const first_touch_seam maps_first(1);
+    CHECK(auto_reads(ds, {0}, {3000}, 100) == 0);
+    CHECK(auto_reads(ds, {0}, {3000}, 100) == 0);
+    // io=read still reads what the mapping holds.
+    mmnpz::excerpt_options o;
+    o.io = mmnpz::io_mode::read;
+    pread_calls = 0;
+    CHECK(run(ds, {0}, {3000}, 100, o) == expected(ds, {0}, {3000}, 100, mmnpz::pad_mode::none));
+    CHECK(pread_calls == 1);
+  }
+
+  TEST_CASE("a forked child reads first what its parent had copied through the mapping") {
+    const auto ds = make("g_io_granules_fork.npz", {20000});
+    const pread_seam seam(&counting_pread);
+    const first_touch_seam reads_first(0);
+    CHECK(auto_reads(ds, {0}, {500}, 100) == 1);
+    CHECK(auto_reads(ds, {0}, {500}, 100) == 0);  // mapped in the parent
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // The child's page tables hold none of the file: its granules start untouched.
+      const bool first_read = auto_reads(ds, {0}, {500}, 100) == 1;
+      const bool then_mapped = auto_reads(ds, {0}, {500}, 100) == 0;
+      std::_Exit(first_read && then_mapped ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(auto_reads(ds, {0}, {500}, 100) == 0);  // the parent's stay mapped
+  }
+
+  TEST_CASE("the first-touch choice alternates while it learns, then takes the cheaper way") {
+    using costs = mmnpz::detail::first_touch_costs;
+    costs c;
+    std::vector<bool> warmup;
+    for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
+      const bool map = c.map_next();
+      warmup.push_back(map);
+      c.record(map, 4096, map ? 2000 : 8000);  // 500 and 2000 ns per KiB
+    }
+    for (std::size_t k = 0; k < warmup.size(); ++k) CHECK(warmup[k] == (k % 2 == 1));
+    CHECK(c.cost(true) == 500);
+    CHECK(c.cost(false) == 2000);
+    int maps = 0;
+    for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) maps += c.map_next();
+    CHECK(maps == 4 * (costs::explore_every - 1));  // one in explore_every reads, to follow
+    // Reads got cheaper: an outlier moves the average by at most (4x - 1) / 8, ...
+    c.record(false, 1024, 1000000);
+    CHECK(c.cost(false) == 2000 + (8000 - 2000) / 8);
+    // ... and enough cheap samples turn the choice.
+    for (int k = 0; k < 40; ++k) c.record(false, 1024, 100);
+    CHECK(c.cost(false) < c.cost(true));
+    int reads = 0;
+    for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) reads += !c.map_next();
+    CHECK(reads == 4 * (costs::explore_every - 1));
   }
 }

@@ -30,10 +30,18 @@ shard_order parse_shard_order(std::string_view text);
 
 /// How gather copies the bytes of stored (not deflated) members into its output.
 enum class io_mode {
-  /// The library chooses, for each chunk of a batch (about a quarter of a thread's share),
-  /// by whether the pages of its first excerpt are in the page cache (mincore): a copy
-  /// through the mapping when they are (fastest once the mapping is faulted in), positional
-  /// reads as io_mode::read when they are not (a dataset larger than memory, or evicted).
+  /// The library chooses for each piece of an excerpt, by what this process did with the
+  /// piece's 64 KiB granules of the archive (one byte of state per granule, kept with the
+  /// dataset): granules it copied through the mapping are copied again (a plain memcpy: their
+  /// pages are mapped); granules it has seen before are copied through the mapping, which
+  /// faults them in once for every later copy (re-use: another batch, another epoch); an
+  /// untouched granule is read (pread) or faulted in, whichever the first touches so far
+  /// measured cheaper on this machine. Data out of the page cache is always read, as
+  /// io_mode::read: each chunk of a batch (about a quarter of a thread's share) copies through
+  /// the mapping only when its first such piece is in the page cache (mincore) and its dataset
+  /// found no piece out of memory in its last batches; a piece found out of memory marks its
+  /// granules untouched again. A child process after fork() starts with every granule
+  /// untouched (its page tables map none of the file).
   automatic,
   /// Positional reads (pread) from the archive straight into the output, on the gather's
   /// threads: no page fault, no page of the archive mapped. Pieces that are not in the page

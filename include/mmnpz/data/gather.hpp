@@ -88,8 +88,8 @@ item_layout batch_layout(const dataset& source, const std::int64_t* indices, std
 /// With io_mode::read, an archive that was truncated after it was opened throws
 /// errc::corrupt_zip naming the archive, the member and the offset of the read that came up
 /// short (with io_mode::map, touching the missing pages raises SIGBUS, as for any mapping;
-/// io_mode::automatic copies through the mapping only pages that mincore found in memory
-/// when the chunk began, but a truncation racing with the copy, or inside the file's last
+/// io_mode::automatic copies through the mapping only pages that were in memory when read
+/// or probed with mincore, but a truncation racing with the copy, or inside the file's last
 /// page, is still the mapping's SIGBUS or zeros: force io_mode::read for files that may
 /// shrink).
 void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
