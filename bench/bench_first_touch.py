@@ -30,8 +30,8 @@ Batches: 256 excerpts of 48 frames drawn by one weighted sampler (the same batch
 case and its comparison). Prints a Markdown table (figure, comparison, ratio, target, met),
 writes the figures as JSON (--json) and a bar chart (--plot), and checks that no /dev/shm
 segment or temporary file is left behind. Uses only mmnpz's public Python API; --io MODE
-passes io=MODE to mmnpz.Dataset and Dataset.gather (for the versions that have it). The C
-program is compiled at run time (cc -O2 -pthread) into a temporary directory.
+passes io=MODE to mmnpz.Dataset, Dataset.gather and mmnpz.torch.loader (for the versions that
+have it). The C program is compiled at run time (cc -O2 -pthread) into a temporary directory.
 
   PYTHONPATH=build/python /usr/bin/python3 bench/bench_first_touch.py [--quick]
       [--scale S] [--dir DIR] [--runs R] [--threads T] [--io read|map] [--json FILE]
@@ -360,7 +360,7 @@ def child_torch(p):
     t0 = time.perf_counter()
     loader = mmnpz.torch.loader(p["spec"], length=LENGTH, batch_size=BATCH, kind="weighted",
                                 seed=p["seed"], num_samples=p["samples"],
-                                num_workers=p["workers"])
+                                num_workers=p["workers"], **io_kw(p))
     first = None
     count = 0
     it = iter(loader)
