@@ -104,7 +104,7 @@ class _Ring:
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_views"] = None  # numpy views would be pickled by value
-        state["_releases"] = None  # only the main process gives slots back
+        state["_releases"] = None  # the main process numbers the releases
         return state
 
     def _arrays(self):
@@ -484,9 +484,10 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     the batches that would have followed, with any number of workers.
 
     With workers, each DataLoader iterator makes one ring of shared buffers per worker,
-    ``prefetch_factor + 2`` batches each: a worker gathers a batch into a free slot and sends
-    the slot number; the batch's tensors in the main process rest on that slot until the
-    last of them (or of their views) is gone, and only then may the worker reuse it. When
+    ``prefetch_factor + 2`` batches each: a worker gathers a batch into the free slot given
+    back last (the likeliest to be in a CPU cache) and sends the slot number; the batch's
+    tensors in the main process rest on that slot until the last of them (or of their
+    views) is gone, and only then may the worker reuse it. When
     the main process holds every slot of a worker (a consumer keeping batches), the worker
     sends the next batch in a new shared-memory segment, as a DataLoader does by default.
     """
