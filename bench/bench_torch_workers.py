@@ -13,7 +13,7 @@ construction to the last batch (worker start-up included), and excerpts/s after 
 (generated once into --dir, as that script does) and its batches: 256 excerpts of 48 x 80.
 
   PYTHONPATH=build-release/python /usr/bin/python3 bench/bench_torch_workers.py
-      [--scale 0.1] [--dir DIR] [--batches 100] [--warmup 10] [--runs 3] [--workers 2]
+      [--scale 0.1] [--dir DIR] [--batches 2000] [--warmup 10] [--runs 3] [--workers 2]
 """
 
 import argparse
@@ -69,7 +69,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--dir", default=None)
-    ap.add_argument("--batches", type=int, default=100)
+    ap.add_argument("--batches", type=int, default=2000)  # an epoch is thousands of batches
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)

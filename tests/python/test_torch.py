@@ -499,3 +499,25 @@ def test_short_items_are_refused_when_the_loader_is_made(tmp_path):
         mmnpz.torch.loader(str(path), batch_size=2, length=10)
     padded = mmnpz.torch.loader(str(path), batch_size=2, length=10, pad="fill")
     assert sum(1 for _ in padded) == 3
+
+
+@pytest.mark.parametrize("io", ["read", "map"])
+def test_workers_gathering_by_reads_or_through_the_mapping_give_the_same_batches(shards, io):
+    batches = many_batches(shards, io=io)
+    want = epoch_batches(many_batches(shards), 0)  # io="auto", in this process
+    got = list(loader(batches, num_workers=2, multiprocessing_context="fork"))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert_same_batch(g, w)
+    with pytest.raises(ValueError, match="io must be one of 'auto', 'read', 'map', not 'mmap'"):
+        many_batches(shards, io="mmap")
+
+
+def test_a_worker_takes_the_free_slot_given_back_last():
+    ring = mmnpz.torch._Ring(workers=2, slots=4, slot_bytes=4096)
+    assert [ring.take(1) for _ in range(3)] == [0, 1, 2]
+    ring.give_back(1, 0)
+    ring.give_back(1, 1)
+    assert ring.take(0) == 0  # the other worker's slots are its own
+    assert [ring.take(1) for _ in range(4)] == [1, 0, 3, None]  # 3 was never lent
+    assert ring.flags[1].tolist() == [1, 1, 1, 1]
