@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,16 @@ struct directory {
 /// header is used (then archive_end < size). When nothing opens and the file holds a local
 /// header, the error says that `mmnpz recover` may restore the members.
 directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path);
+
+/// read_directory() from the file's last bytes alone: `tail` holds [tail_offset, file_size).
+/// Returns the directory read_directory() would return for the whole file (or throws its
+/// error), or nothing when it needs bytes before `tail_offset`; `need` is then the lowest
+/// offset it asked for (0 when it searches the file from its start: an interrupted append, a
+/// file without an end record, bytes before the archive), and a call with [need, file_size)
+/// goes further. The directory points into `tail` (names, comment).
+std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_t tail_offset,
+                                             std::uint64_t file_size, const std::string& path,
+                                             std::uint64_t& need);
 
 /// Whether the `avail` bytes at `p` begin a local header (or, fewer than four, the start of
 /// its signature): what follows an archive whose append was interrupted.

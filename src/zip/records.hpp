@@ -139,6 +139,12 @@ struct local_header {
 /// cursor's truncation errors.
 local_header parse_local_header(byte_reader& r);
 
+/// The length of the local header whose first `avail` bytes are at `p` (fixed part, name and
+/// extra field, as its length fields say), or 0 when `avail` is too short to tell; the
+/// signature is not checked (parse_local_header() does). For a reader that reads the header
+/// from the file and must know how much to read.
+std::uint64_t local_header_length(const std::byte* p, std::uint64_t avail);
+
 /// What the writer puts in a local header.
 struct local_header_spec {
   std::string_view name;  ///< UTF-8
