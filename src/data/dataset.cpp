@@ -186,6 +186,10 @@ std::size_t thread_count(std::size_t wanted) {
 
 }  // namespace
 
+namespace detail {
+std::function<void()> after_archives_open;
+}  // namespace detail
+
 std::string_view to_string(shard_order order) { return order_text.name(order); }
 shard_order parse_shard_order(std::string_view text) { return order_text.parse(text); }
 std::string_view to_string(io_mode io) { return io_text.name(io); }
@@ -242,6 +246,7 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
     members[i] = item_members(*readers[i], options.select);
     s->files[i] = detail::archive_file(s->paths[i]);
   });
+  if (detail::after_archives_open) detail::after_archives_open();
   // Every item's local and .npy headers, read on the pool in file order (errors are kept for
   // read_shard, which meets them in directory order).
   const std::vector<decode_job> jobs = decode_jobs(readers, members);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -61,6 +62,12 @@ struct dataset::state {
     return std::string_view(member_names).substr(begin, name_ends[i] - begin);
   }
 };
+
+namespace detail {
+/// A seam for tests: when set, called by every dataset opening once its archives are open and
+/// before their items' headers are read (a test truncates an archive there).
+extern std::function<void()> after_archives_open;
+}  // namespace detail
 
 /// The state of `d` (not bounds-checked access: use state::item or check indices first).
 const dataset::state& state_of(const dataset& d);

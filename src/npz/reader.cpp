@@ -358,16 +358,19 @@ class archive {
     return {source_->data() + at.offset, at.offset};
   }
 
-  // Reads `n` bytes at `offset` of member `m` into `out`; fewer mean that the file was cut
-  // since it was opened (the directory placed them before it).
-  void read_exactly(const member_info& m, std::vector<std::byte>& out, std::uint64_t n,
-                    std::uint64_t offset) const {
+  // Reads up to `n` bytes at `offset` of member `m` into `out` (resized to what was read);
+  // fewer than `needed` mean that the file was cut since it was opened (the directory placed
+  // them before it).
+  void read_some(const member_info& m, std::vector<std::byte>& out, std::uint64_t n,
+                 std::uint64_t needed, std::uint64_t offset) const {
     out.resize(static_cast<std::size_t>(n));
     const std::size_t got = source_->read_at(out.data(), out.size(), offset);
-    if (got < n) {
-      throw errors::corrupt_zip(path_, m.name, offset,
-                                "read " + std::to_string(got) + " of " + std::to_string(n) +
-                                    " bytes: the archive was truncated after it was opened");
+    out.resize(got);
+    if (got < needed) {
+      throw errors::corrupt_zip(
+          path_, m.name, offset,
+          "the archive was truncated after it was opened: the file now ends at byte " +
+              std::to_string(offset + got));
     }
   }
 
@@ -378,7 +381,7 @@ class archive {
     const std::uint64_t wanted =
         std::min<std::uint64_t>(m.compressed_size, n != 0 ? n : npy_preamble_len);
     if (at.head_size >= wanted) return;
-    read_exactly(m, at.buf, wanted, at.offset);
+    read_some(m, at.buf, wanted, wanted, at.offset);
     at.head_at = 0;
     at.head_size = at.buf.size();
   }
@@ -418,12 +421,16 @@ class archive {
     // one read that takes the first bytes of the member's contents too (a second one when
     // the local header is longer).
     const std::uint64_t room = dir_.cd_offset - m.local_header_offset;
+    // A read that the file's end cuts short (it was truncated since it was opened) is an error
+    // only when it misses bytes that are needed.
     located at;
-    read_exactly(m, at.buf, std::min<std::uint64_t>(room, first_read), m.local_header_offset);
+    const std::uint64_t fixed = std::min<std::uint64_t>(room, zip::local_header_size);
+    read_some(m, at.buf, std::min<std::uint64_t>(room, first_read), fixed, m.local_header_offset);
     const std::uint64_t header_len = zip::local_header_length(at.buf.data(), at.buf.size());
-    if (header_len > at.buf.size() && at.buf.size() < room) {
-      read_exactly(m, at.buf, std::min<std::uint64_t>(room, header_len + first_read),
-                   m.local_header_offset);
+    if (header_len > at.buf.size()) {
+      const std::uint64_t whole = std::min<std::uint64_t>(room, header_len);
+      read_some(m, at.buf, std::min<std::uint64_t>(room, header_len + first_read), whole,
+                m.local_header_offset);
     }
     byte_reader r(at.buf.data(), at.buf.size(), m.local_header_offset, ctx, errc::corrupt_zip);
     const zip::local_header h = zip::parse_local_header(r);
@@ -594,9 +601,10 @@ class archive {
         dir_bytes_.reset(new std::byte[static_cast<std::size_t>(n)]);
         const std::size_t got = source_->read_at(dir_bytes_.get(), n, tail_offset);
         if (got < n) {
-          throw errors::corrupt_zip(path_, {}, tail_offset,
-                                    "read " + std::to_string(got) + " of " + std::to_string(n) +
-                                        " bytes: the file was truncated while it was opened");
+          throw errors::corrupt_zip(
+              path_, {}, tail_offset,
+              "the file was truncated while it was opened: it now ends at byte " +
+                  std::to_string(tail_offset + got));
         }
         std::uint64_t need = 0;
         if (auto d = zip::read_directory_tail(dir_bytes_.get(), tail_offset, size, path_, need)) {
