@@ -607,7 +607,17 @@ class archive {
                   std::to_string(tail_offset + got));
         }
         std::uint64_t need = 0;
-        if (auto d = zip::read_directory_tail(dir_bytes_.get(), tail_offset, size, path_, need)) {
+        const zip::piece_reader read = [&](std::byte* dst, std::uint64_t k, std::uint64_t at) {
+          const std::size_t done = source_->read_at(dst, static_cast<std::size_t>(k), at);
+          if (done < k) {
+            throw errors::corrupt_zip(
+                path_, {}, at,
+                "the file was truncated while it was opened: it now ends at byte " +
+                    std::to_string(at + done));
+          }
+        };
+        if (auto d = zip::read_directory_tail(dir_bytes_.get(), tail_offset, size, path_, need,
+                                              read)) {
           dir_ = std::move(*d);
           tail = dir_bytes_.get();
           break;

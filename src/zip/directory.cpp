@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <initializer_list>
 #include <numeric>
@@ -29,6 +31,8 @@ struct window {
   const std::byte* data;
   std::uint64_t offset;
   std::uint64_t size;
+  // Reads the central directory when it lies before `data` (null: ask for it with need_bytes).
+  const piece_reader* read = nullptr;
   // The byte at absolute `pos` (pos <= size), and after it every byte up to the end.
   const std::byte* at(std::uint64_t pos) const {
     if (pos < offset) throw need_bytes{pos};
@@ -209,24 +213,80 @@ void check_no_overlap(directory& d, bool ascending, const std::string& path) {
   d.leading_bytes = d.members.empty() ? d.cd_offset : at(0).local_header_offset;
 }
 
+// A copy of `name` that lives as long as `d` (in blocks that never move).
+std::string_view keep_name(directory& d, std::string_view name) {
+  constexpr std::size_t block = std::size_t{1} << 16;  // holds any name (at most 65,535 bytes)
+  if (d.name_blocks.empty() || block - d.name_block_used < name.size()) {
+    d.name_blocks.emplace_back(new char[block]);
+    d.name_block_used = 0;
+  }
+  char* out = d.name_blocks.back().get() + d.name_block_used;
+  std::memcpy(out, name.data(), name.size());
+  d.name_block_used += name.size();
+  return {out, name.size()};
+}
+
+// Hands the directory's entries to `parse(r)` one at a time, reading the directory in pieces
+// through one staging buffer: `r` holds the whole entry at its position, or runs to the
+// directory's end (so a cut entry is reported as it is from the whole directory). Entries
+// point into the buffer only until `parse` returns.
+template <class Parse>
+void read_in_pieces(const piece_reader& read, const directory& d, const context& ctx,
+                    Parse&& parse) {
+  constexpr std::uint64_t staging = std::uint64_t{1} << 18;  // > max_central_entry_len
+  static_assert(staging >= max_central_entry_len, "a piece must hold any entry");
+  const std::uint64_t end = d.cd_offset + d.cd_size;
+  std::vector<std::byte> buf(static_cast<std::size_t>(std::min(d.cd_size, staging)));
+  std::uint64_t buf_offset = d.cd_offset;  // where buf[0] lies in the file
+  std::size_t have = 0;                     // bytes in buf
+  std::size_t at = 0;                       // of them, those parsed
+  while (true) {
+    const std::size_t left = have - at;
+    const bool to_end = buf_offset + have == end;
+    if (left == 0 && to_end) return;
+    const std::uint64_t len = central_entry_length(buf.data() + at, left);
+    if (!to_end && (len == 0 || len > left)) {
+      std::memmove(buf.data(), buf.data() + at, left);
+      buf_offset += at;
+      have = left;
+      at = 0;
+      const std::uint64_t n = std::min<std::uint64_t>(buf.size() - have, end - buf_offset - have);
+      read(buf.data() + have, n, buf_offset + have);
+      have += static_cast<std::size_t>(n);
+      continue;
+    }
+    byte_reader r(buf.data() + at, left, buf_offset + at, ctx, errc::corrupt_zip);
+    parse(r);
+    at = have - static_cast<std::size_t>(r.remaining());
+  }
+}
+
 // The archive whose classic end record is `classic` (which lies within `w`).
 directory read_from(const window& w, const end_record& classic, const std::string& path) {
   const context ctx{path};
   directory d;
   end_record e = classic;
   place_directory(w, classic, d, e, ctx);
-  byte_reader r(w.at(d.cd_offset), d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
   d.members.reserve(
       static_cast<std::size_t>(std::min(e.entries, d.cd_size / central_header_size)));
   bool ascending = true;
   std::string converted;
-  while (!r.empty()) {
-    const central_entry c = parse_central_entry(r, d.members.size(), converted);
+  const auto add = [&](const central_entry& c) {
     const member_info m = member_of(c, d, converted, path);
     if (!d.members.empty() && m.local_header_offset < d.members.back().local_header_offset) {
       ascending = false;
     }
     d.members.push_back(m);
+  };
+  if (d.cd_offset >= w.offset || !w.read) {
+    byte_reader r(w.at(d.cd_offset), d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
+    while (!r.empty()) add(parse_central_entry(r, d.members.size(), converted));
+  } else {
+    read_in_pieces(*w.read, d, ctx, [&](byte_reader& r) {
+      central_entry c = parse_central_entry(r, d.members.size(), converted);
+      if (converted.empty()) c.name = keep_name(d, c.name);
+      add(c);
+    });
   }
   if (d.members.size() != e.entries && (d.members.size() & 0xFFFF) != (e.entries & 0xFFFF)) {
     ctx.fail(errc::corrupt_zip, classic.offset,
@@ -330,9 +390,9 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
 
 std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_t tail_offset,
                                              std::uint64_t file_size, const std::string& path,
-                                             std::uint64_t& need) {
+                                             std::uint64_t& need, const piece_reader& read) {
   try {
-    return read_window(window{tail, tail_offset, file_size}, path);
+    return read_window(window{tail, tail_offset, file_size, read ? &read : nullptr}, path);
   } catch (const need_bytes& more) {
     need = more.from;
     return std::nullopt;

@@ -704,3 +704,57 @@ TEST_SUITE("reader: reads") {
     CHECK(r.path() == "<fd>");
   }
 }
+
+TEST_SUITE("reader: reads") {
+  TEST_CASE("a directory larger than the read pieces opens as it does from memory, errors too") {
+    const std::string path = test::scratch("large_directory.npz");
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::create, 64});
+      for (int k = 0; k < 6000; ++k) {
+        const std::int16_t v = static_cast<std::int16_t>(k);
+        // Names of many lengths, so that entries straddle the pieces' boundaries.
+        w.write("member_" + std::string(static_cast<std::size_t>(k % 37), 'x') + std::to_string(k),
+                &v, {1});
+      }
+    }
+    std::string bytes = test::read_file(path);
+    const auto compare = [&](const std::string& file) {
+      mmnpz::reader streamed(file);
+      mmnpz::reader whole = mmnpz::reader::from_bytes(bytes.data(), bytes.size(), file);
+      REQUIRE(streamed.size() == whole.size());
+      for (std::size_t i = 0; i < whole.size(); ++i) {
+        CHECK(streamed.member(i).name == whole.member(i).name);
+        CHECK(streamed.member(i).local_header_offset == whole.member(i).local_header_offset);
+        CHECK(streamed.member(i).crc32 == whole.member(i).crc32);
+      }
+      CHECK(streamed.array(5999).data_as<std::int16_t>()[0] == 5999);
+      CHECK(streamed.find("member_" + std::string(5999 % 37, 'x') + "5999") == 5999u);
+    };
+    compare(path);
+    // The last entry's name length made to run past the directory, and an entry in the middle
+    // with a bad signature: the same error as from the whole file in memory.
+    const std::size_t last = bytes.rfind("PK\x01\x02");
+    const std::size_t middle = bytes.rfind("PK\x01\x02", last - (last - bytes.find("PK\x01\x02")) / 2);
+    struct damage {
+      std::size_t at;
+      std::string patch, says;
+    };
+    for (const damage& dmg : {damage{last + 28, "\xff\xff", "truncated member name"},
+                              damage{middle, "XK", "bad central directory entry signature"}}) {
+      const auto& [at, patch, says] = dmg;
+      std::string bad = bytes;
+      bad.replace(at, patch.size(), patch);
+      const std::string bad_path = test::scratch("large_directory_bad.npz");
+      std::ofstream(bad_path, std::ios::binary) << bad;
+      std::string expected;
+      try {
+        mmnpz::reader::from_bytes(bad.data(), bad.size(), bad_path);
+      } catch (const mmnpz::error& e) {
+        expected = e.what();
+      }
+      REQUIRE_FALSE(expected.empty());
+      CHECK(expected.find(says) != std::string::npos);
+      CHECK_THROWS_WITH_AS(mmnpz::reader{bad_path}, expected.c_str(), mmnpz::error);
+    }
+  }
+}
