@@ -199,8 +199,9 @@ class _BagObj:
 class NpzReader(collections.abc.Mapping):
     """A memory-mapped .npz archive; ``mmnpz.load`` opens one (and also reads .npy files).
 
-    Opening maps the file once and parses the ZIP central directory only (without the GIL).
-    Items are decoded on first access. Keys are member names with or without ``.npy``; when
+    Opening reads and parses the ZIP central directory only (without the GIL); the file is
+    mapped by the first stored item (or ``mmap``). Items are decoded on first access, each
+    with one small read of its headers. Keys are member names with or without ``.npy``; when
     names repeat, the last one wins. Arrays stay valid after ``close()`` and after the reader
     is gone. Members that are not ``.npy`` are ``bytes``.
 

@@ -50,22 +50,6 @@ mapped_bytes map_file(const std::string& path) {
   return m;
 }
 
-mapped_bytes map_descriptor(int fd, const std::string& display_name) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) os_error("stat", display_name, errno);
-  if (!S_ISREG(st.st_mode)) os_error("map", display_name, ENODEV);
-  mapped_bytes m;
-  m.size = static_cast<std::uint64_t>(st.st_size);
-  if (m.size == 0) return m;
-  void* p = ::mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) os_error("map", display_name, errno);
-  const std::uint64_t size = m.size;
-  m.data = static_cast<const std::byte*>(p);
-  m.keepalive = std::shared_ptr<const void>(
-      p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
-  return m;
-}
-
 file_source::file_source(int fd, std::uint64_t size, std::string path)
     : fd_(fd), size_(size), path_(std::move(path)) {}
 

@@ -23,10 +23,6 @@ struct mapped_bytes {
 /// returned with size 0 and no mapping.
 mapped_bytes map_file(const std::string& path);
 
-/// Maps the regular file open as `fd` read-only, whole, from its start (the descriptor is
-/// neither kept nor closed). Throws mmnpz::error (errc::io) naming `display_name`.
-mapped_bytes map_descriptor(int fd, const std::string& display_name);
-
 /// The bytes of an archive: a file open for reading, read with positional reads and mapped
 /// whole only when something asks for its mapping (data()), once; or bytes already in
 /// memory (from_bytes(), recover), which are their own mapping. Thread-safe. Shared by the
