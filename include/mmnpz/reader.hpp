@@ -79,8 +79,8 @@ class reader {
                            std::string display_name = "<memory>");
 
   /// Opens the regular file open as `fd` (a file object's descriptor), whole, from its start,
-  /// through a duplicate of the descriptor (`fd` itself is neither kept nor closed). `display_name` stands for the path in errors
-  /// and path(). Throws as reader(path) does.
+  /// through a duplicate of the descriptor (`fd` itself is neither kept nor closed). `display_name`
+  /// stands for the path in errors and path(). Throws as reader(path) does.
   static reader from_descriptor(int fd, std::string display_name);
 
   /// The path given to the constructor (or from_bytes()'s display name).

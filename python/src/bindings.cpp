@@ -161,8 +161,10 @@ struct py_reader {
     if (filename.is_none()) throw py::value_error("the reader has no base memmap (call configure)");
     const mmnpz::bytes_view f = r.file_bytes();
     py::object np = py::module_::import("numpy");
-    py::object buffer = py::cast(shared_buffer{f.keepalive, f.data, static_cast<std::size_t>(f.size)});
-    py::object made = np.attr("frombuffer")(buffer, np.attr("uint8")).attr("view")(np.attr("memmap"));
+    py::object buffer =
+        py::cast(shared_buffer{f.keepalive, f.data, static_cast<std::size_t>(f.size)});
+    py::object made =
+        np.attr("frombuffer")(buffer, np.attr("uint8")).attr("view")(np.attr("memmap"));
     made.attr("filename") = filename;
     made.attr("offset") = 0;
     made.attr("mode") = "r";
@@ -189,7 +191,7 @@ struct py_reader {
 
   mmnpz::reader r;
   py::object filename = py::none();  // what the whole file's memmap calls itself
-  py::object base;  // the whole file's numpy.memmap, once made
+  py::object base;                   // the whole file's numpy.memmap, once made
   std::uint64_t max_header = mmnpz::max_npy_header_len;  // lookup() hands no view beyond
 };
 
@@ -358,8 +360,7 @@ first call; the same object after).)")
            R"(None when no member answers to key; else (index, view): a read-only numpy.memmap
 view for a stored array, None for other members (deflated, not .npy, pickled).)")
       .def(
-          "view",
-          [](py_reader& p, std::size_t i) { return memmap_view(p.r.array(i), p.whole()); },
+          "view", [](py_reader& p, std::size_t i) { return memmap_view(p.r.array(i), p.whole()); },
           py::arg("index"), R"(The read-only numpy.memmap view of a stored array.)")
       .def(
           "mapping",

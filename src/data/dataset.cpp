@@ -137,9 +137,9 @@ std::vector<decode_job> decode_jobs(const std::vector<std::optional<reader>>& re
     });
     for (std::size_t k = 0; k < sorted.size(); k += decode_part) {
       const auto first = sorted.begin() + static_cast<std::ptrdiff_t>(k);
-      jobs.push_back({sh, std::vector<std::size_t>(
-                              first, first + static_cast<std::ptrdiff_t>(
-                                                 std::min(decode_part, sorted.size() - k)))});
+      jobs.push_back(
+          {sh, std::vector<std::size_t>(first, first + static_cast<std::ptrdiff_t>(std::min(
+                                                           decode_part, sorted.size() - k)))});
     }
   }
   return jobs;

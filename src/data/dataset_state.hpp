@@ -3,9 +3,9 @@
 // What a dataset keeps, for gather: every item's data pointer, length and layout resolved once
 // when the dataset opens. Inside the library only; the public header declares dataset::state.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
 #include <functional>
 #include <mutex>
 #include <string>

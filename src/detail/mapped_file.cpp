@@ -1,8 +1,5 @@
 #include "detail/mapped_file.hpp"
 
-#include "detail/errors.hpp"
-#include "detail/paths.hpp"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "detail/errors.hpp"
+#include "detail/paths.hpp"
 #include "mmnpz/error.hpp"
 
 namespace mmnpz::detail {
@@ -76,7 +75,7 @@ std::shared_ptr<const file_source> file_source::open(const std::string& path) {
 }
 
 std::shared_ptr<const file_source> file_source::from_descriptor(int fd,
-                                                              const std::string& display_name) {
+                                                                const std::string& display_name) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) os_error("stat", display_name, errno);
   if (!S_ISREG(st.st_mode)) os_error("map", display_name, ENODEV);
@@ -104,8 +103,8 @@ std::size_t file_source::read_at(void* dst, std::size_t n, std::uint64_t offset)
   }
   std::size_t done = 0;
   while (done < n) {
-    const ssize_t r = ::pread(fd_, static_cast<char*>(dst) + done, n - done,
-                              static_cast<off_t>(offset + done));
+    const ssize_t r =
+        ::pread(fd_, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
       throw errors::os(path_, "read", errno, offset + done);

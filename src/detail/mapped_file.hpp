@@ -3,9 +3,9 @@
 // A read-only mapping of a whole file (or an owned copy of bytes), shared by the reader and
 // every view. The only place mmap is used for reading.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>

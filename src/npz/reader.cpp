@@ -11,15 +11,15 @@
 
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
-#include "zip/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
+#include "mmnpz/npy.hpp"
+#include "npz/view_state.hpp"
+#include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
 #include "zip/inflate.hpp"
 #include "zip/records.hpp"
-#include "mmnpz/npy.hpp"
-#include "npz/view_state.hpp"
 
 namespace mmnpz {
 namespace detail {
@@ -127,7 +127,7 @@ constexpr std::size_t first_tail_read = 16384;
 
 // Where a member's bytes lie, as its local header says, and their first bytes, read with it.
 struct located {
-  std::uint64_t offset = 0;  // absolute offset of the member's bytes in the file
+  std::uint64_t offset = 0;    // absolute offset of the member's bytes in the file
   std::vector<std::byte> buf;  // what was read at the local header
   std::size_t head_at = 0;     // where in buf the member's bytes begin
   std::size_t head_size = 0;   // and how many of them buf holds
@@ -255,10 +255,11 @@ class archive {
       const located at = locate(m, ctx);
       if (m.method == zip::method_deflated) {
         std::vector<std::byte> buf;
-        inflate_pieces(m, mapped_data(at), ctx, buf, piece, [&sink](const std::byte* q, std::size_t k) {
-          sink(q, k);
-          return true;
-        });
+        inflate_pieces(m, mapped_data(at), ctx, buf, piece,
+                       [&sink](const std::byte* q, std::size_t k) {
+                         sink(q, k);
+                         return true;
+                       });
         return;
       }
       p = source_->data() + at.offset;
@@ -294,9 +295,9 @@ class archive {
       std::vector<std::byte> buf;
       inflate_pieces(m, mapped_data(at), ctx, buf, header_piece,
                      [&](const std::byte* q, std::size_t k) {
-        head.insert(head.end(), q, q + k);
-        return head.size() < wanted();
-      });
+                       head.insert(head.end(), q, q + k);
+                       return head.size() < wanted();
+                     });
       p = head.data();
       available = head.size();
     }
@@ -447,7 +448,8 @@ class archive {
              ") runs into the central directory at " + std::to_string(dir_.cd_offset));
     }
     at.head_at = static_cast<std::size_t>(h.data_offset - m.local_header_offset);
-    at.head_size = static_cast<std::size_t>(std::min<std::uint64_t>(r.remaining(), m.compressed_size));
+    at.head_size =
+        static_cast<std::size_t>(std::min<std::uint64_t>(r.remaining(), m.compressed_size));
     if (m.method == zip::method_stored && m.compressed_size != m.uncompressed_size) {
       ctx.fail(errc::corrupt_zip, at.offset,
                "stored member has compressed size " + std::to_string(m.compressed_size) +
@@ -583,9 +585,11 @@ class archive {
     }
   }
 
-  // Reads the end records and the central directory with positional reads into one buffer
-  // (the last bytes of the file, from the directory's start), or parses bytes in memory as
-  // they are. A file that must be searched from its start (an interrupted append, bytes
+  // Reads the end records with positional reads into one buffer (the last 16 KiB of the file,
+  // more when a long comment or the zip64 records ask for it; kept: the comment and what
+  // follows the archive lie there), and the central directory with it when it fits, else in
+  // pieces through a staging buffer (see zip::read_directory_tail); bytes in memory are parsed
+  // as they are. A file that must be searched from its start (an interrupted append, bytes
   // before the archive, no end record) is mapped and parsed whole.
   void open_directory() {
     const std::uint64_t size = source_->size();
@@ -616,8 +620,8 @@ class archive {
                     std::to_string(at + done));
           }
         };
-        if (auto d = zip::read_directory_tail(dir_bytes_.get(), tail_offset, size, path_, need,
-                                              read)) {
+        if (auto d =
+                zip::read_directory_tail(dir_bytes_.get(), tail_offset, size, path_, need, read)) {
           dir_ = std::move(*d);
           tail = dir_bytes_.get();
           break;
@@ -663,11 +667,13 @@ reader::reader(const std::string& path, const reader_options& options) {
   } catch (const error& e) {
     if (!options.recover || e.code() != errc::corrupt_zip) throw;
     // No directory to open (a first write killed): what recover() would make of it.
-    a_ = std::make_shared<const archive>(path, detail::file_source::in_memory(detail::recovered_copy(path)));
+    a_ = std::make_shared<const archive>(
+        path, detail::file_source::in_memory(detail::recovered_copy(path)));
     return;
   }
   if (options.recover && (was_interrupted() || bytes_after_archive() != 0)) {
-    a_ = std::make_shared<const archive>(path, detail::file_source::in_memory(detail::recovered_copy(path)));
+    a_ = std::make_shared<const archive>(
+        path, detail::file_source::in_memory(detail::recovered_copy(path)));
     return;
   }
   if (options.on_interrupted_append && was_interrupted()) {
@@ -676,8 +682,7 @@ reader::reader(const std::string& path, const reader_options& options) {
 }
 
 reader reader::from_bytes(const void* data, std::size_t size, std::string display_name) {
-  return reader(
-      std::make_shared<const archive>(
+  return reader(std::make_shared<const archive>(
       std::move(display_name), detail::file_source::in_memory(detail::copy_bytes(data, size))));
 }
 

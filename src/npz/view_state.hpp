@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "mmnpz/array_view.hpp"
 #include "detail/mapped_file.hpp"
+#include "mmnpz/array_view.hpp"
 #include "mmnpz/dtype.hpp"
 
 namespace mmnpz {

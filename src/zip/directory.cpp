@@ -2,9 +2,8 @@
 
 #include <string.h>
 
-#include <cstring>
-
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <numeric>
 #include <optional>
@@ -53,8 +52,7 @@ std::string range(std::uint64_t start, std::initializer_list<std::uint64_t> size
 // comment, whose comment ends exactly at end of file; failing that, the last one whose
 // comment fits (trailing garbage after the comment is tolerated, as Info-ZIP does). Returns
 // nothing, with `why` saying what is missing, when there is none.
-std::optional<end_record> find_end_record(const window& w, const context& ctx,
-                                          std::string& why) {
+std::optional<end_record> find_end_record(const window& w, const context& ctx, std::string& why) {
   const std::uint64_t size = w.size;
   if (size < end_size) {
     why = "not a ZIP archive: " + std::to_string(size) +
@@ -104,8 +102,7 @@ std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_rec
   std::uint64_t pos = error::no_offset;
   if (loc >= end64_size && signature_at(w.at(loc - end64_size)) == end64_sig) {
     pos = loc - end64_size;
-  } else if (stated <= loc - std::min(loc, end64_size) &&
-             signature_at(w.at(stated)) == end64_sig) {
+  } else if (stated <= loc - std::min(loc, end64_size) && signature_at(w.at(stated)) == end64_sig) {
     pos = stated;
   } else {
     ctx.fail(errc::corrupt_zip, loc,
@@ -125,8 +122,8 @@ std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_rec
 
 // Where the directory lies: the end records' figures, checked against the file. Any
 // difference from the stated offset is bytes before the archive that its offsets do not count.
-void place_directory(const window& w, const end_record& classic, directory& d,
-                     end_record& e, const context& ctx) {
+void place_directory(const window& w, const end_record& classic, directory& d, end_record& e,
+                     const context& ctx) {
   const std::uint64_t end64 = read_zip64_end(w, classic, e, ctx);
   d.zip64 = end64 != error::no_offset;
   d.end_offset = classic.offset;
@@ -238,8 +235,8 @@ void read_in_pieces(const piece_reader& read, const directory& d, const context&
   const std::uint64_t end = d.cd_offset + d.cd_size;
   std::vector<std::byte> buf(static_cast<std::size_t>(std::min(d.cd_size, staging)));
   std::uint64_t buf_offset = d.cd_offset;  // where buf[0] lies in the file
-  std::size_t have = 0;                     // bytes in buf
-  std::size_t at = 0;                       // of them, those parsed
+  std::size_t have = 0;                    // bytes in buf
+  std::size_t at = 0;                      // of them, those parsed
   while (true) {
     const std::size_t left = have - at;
     const bool to_end = buf_offset + have == end;

@@ -1,7 +1,5 @@
 #include <doctest/doctest.h>
-
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <cstring>

@@ -224,7 +224,8 @@ std::string summary_of(const std::function<mmnpz::zip::directory()>& read) {
 // directory before them in pieces. It must say what reading the whole file says.
 void check_opening_by_reads(const std::byte* data, std::size_t size, std::uint64_t first) {
   const std::string path = "fuzz.npz";
-  const std::string whole = summary_of([&] { return mmnpz::zip::read_directory(data, size, path); });
+  const std::string whole =
+      summary_of([&] { return mmnpz::zip::read_directory(data, size, path); });
   const mmnpz::zip::piece_reader read = [&](std::byte* dst, std::uint64_t n, std::uint64_t at) {
     require(at <= size && n <= size - at, "a piece read past the end of the file");
     std::memcpy(dst, data + at, static_cast<std::size_t>(n));
@@ -240,7 +241,8 @@ void check_opening_by_reads(const std::byte* data, std::size_t size, std::uint64
       offset = need;
     }
   });
-  require(whole == by_reads, "opening by reads says '" + by_reads + "', the whole file '" + whole + "'");
+  require(whole == by_reads,
+          "opening by reads says '" + by_reads + "', the whole file '" + whole + "'");
 }
 
 }  // namespace

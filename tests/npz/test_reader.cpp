@@ -1,5 +1,4 @@
 #include <doctest/doctest.h>
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -609,8 +608,8 @@ bool is_mapped(const std::string& path) {
     // address perms offset dev inode path
     char perms[8], dev[16];
     unsigned long long start = 0, end = 0, offset = 0, inode = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %15s %llu", &start, &end, perms, &offset,
-                    dev, &inode) == 6 &&
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %15s %llu", &start, &end, perms, &offset, dev,
+                    &inode) == 6 &&
         inode == st.st_ino && line.find(path.substr(path.rfind('/'))) != std::string::npos) {
       return true;
     }
@@ -734,7 +733,8 @@ TEST_SUITE("reader: reads") {
     // The last entry's name length made to run past the directory, and an entry in the middle
     // with a bad signature: the same error as from the whole file in memory.
     const std::size_t last = bytes.rfind("PK\x01\x02");
-    const std::size_t middle = bytes.rfind("PK\x01\x02", last - (last - bytes.find("PK\x01\x02")) / 2);
+    const std::size_t middle =
+        bytes.rfind("PK\x01\x02", last - (last - bytes.find("PK\x01\x02")) / 2);
     struct damage {
       std::size_t at;
       std::string patch, says;
