@@ -226,14 +226,15 @@ std::string_view keep_name(directory& d, std::string_view name) {
 // Hands the directory's entries to `parse(r)` one at a time, reading the directory in pieces
 // through one staging buffer: `r` holds the whole entry at its position, or runs to the
 // directory's end (so a cut entry is reported as it is from the whole directory). Entries
-// point into the buffer only until `parse` returns.
+// point into the buffer only until `parse` returns. The buffer is 64 KiB (reused from the heap
+// by the next opening; fresh pages cost a fault each), grown for an entry longer than that.
 template <class Parse>
 void read_in_pieces(const piece_reader& read, const directory& d, const context& ctx,
                     Parse&& parse) {
-  constexpr std::uint64_t staging = std::uint64_t{1} << 18;  // > max_central_entry_len
-  static_assert(staging >= max_central_entry_len, "a piece must hold any entry");
+  constexpr std::uint64_t staging = std::uint64_t{1} << 16;
   const std::uint64_t end = d.cd_offset + d.cd_size;
-  std::vector<std::byte> buf(static_cast<std::size_t>(std::min(d.cd_size, staging)));
+  std::size_t cap = static_cast<std::size_t>(std::min(d.cd_size, staging));
+  std::unique_ptr<std::byte[]> buf(new std::byte[cap]);
   std::uint64_t buf_offset = d.cd_offset;  // where buf[0] lies in the file
   std::size_t have = 0;                    // bytes in buf
   std::size_t at = 0;                      // of them, those parsed
@@ -241,18 +242,25 @@ void read_in_pieces(const piece_reader& read, const directory& d, const context&
     const std::size_t left = have - at;
     const bool to_end = buf_offset + have == end;
     if (left == 0 && to_end) return;
-    const std::uint64_t len = central_entry_length(buf.data() + at, left);
+    const std::uint64_t len = central_entry_length(buf.get() + at, left);
     if (!to_end && (len == 0 || len > left)) {
-      std::memmove(buf.data(), buf.data() + at, left);
+      if (len > cap) {  // a long name, extra field or comment: room for the longest entry
+        cap = static_cast<std::size_t>(std::min(d.cd_size, max_central_entry_len));
+        std::unique_ptr<std::byte[]> bigger(new std::byte[cap]);
+        std::memcpy(bigger.get(), buf.get() + at, left);
+        buf = std::move(bigger);
+      } else {
+        std::memmove(buf.get(), buf.get() + at, left);
+      }
       buf_offset += at;
       have = left;
       at = 0;
-      const std::uint64_t n = std::min<std::uint64_t>(buf.size() - have, end - buf_offset - have);
-      read(buf.data() + have, n, buf_offset + have);
+      const std::uint64_t n = std::min<std::uint64_t>(cap - have, end - buf_offset - have);
+      read(buf.get() + have, n, buf_offset + have);
       have += static_cast<std::size_t>(n);
       continue;
     }
-    byte_reader r(buf.data() + at, left, buf_offset + at, ctx, errc::corrupt_zip);
+    byte_reader r(buf.get() + at, left, buf_offset + at, ctx, errc::corrupt_zip);
     parse(r);
     at = have - static_cast<std::size_t>(r.remaining());
   }

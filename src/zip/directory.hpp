@@ -53,7 +53,7 @@ using piece_reader = std::function<void(std::byte* dst, std::uint64_t n, std::ui
 /// file without an end record, bytes before the archive), and a call with [need, file_size)
 /// goes further. The directory points into `tail` (comment, and names when the directory lies
 /// in it). Given `read`, a central directory before the tail is not asked for but read in
-/// pieces of 256 KiB through one staging buffer (its names copied), so that the memory a
+/// pieces of 64 KiB through one staging buffer (its names copied), so that the memory a
 /// large directory takes is its parsed entries' alone.
 std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_t tail_offset,
                                              std::uint64_t file_size, const std::string& path,

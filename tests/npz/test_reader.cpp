@@ -714,6 +714,8 @@ TEST_SUITE("reader: reads") {
         // Names of many lengths, so that entries straddle the pieces' boundaries.
         w.write("member_" + std::string(static_cast<std::size_t>(k % 37), 'x') + std::to_string(k),
                 &v, {1});
+        // An entry longer than a piece.
+        if (k == 3000) w.write(std::string(65500, 'y'), &v, {1});
       }
     }
     std::string bytes = test::read_file(path);
@@ -726,8 +728,9 @@ TEST_SUITE("reader: reads") {
         CHECK(streamed.member(i).local_header_offset == whole.member(i).local_header_offset);
         CHECK(streamed.member(i).crc32 == whole.member(i).crc32);
       }
-      CHECK(streamed.array(5999).data_as<std::int16_t>()[0] == 5999);
-      CHECK(streamed.find("member_" + std::string(5999 % 37, 'x') + "5999") == 5999u);
+      CHECK(streamed.array(6000).data_as<std::int16_t>()[0] == 5999);
+      CHECK(streamed.find(std::string(65500, 'y')) == 3001u);
+      CHECK(streamed.find("member_" + std::string(5999 % 37, 'x') + "5999") == 6000u);
     };
     compare(path);
     // The last entry's name length made to run past the directory, and an entry in the middle
