@@ -47,10 +47,14 @@ struct reader_options {
 
 /// A read-only memory-mapped .npz (ZIP) archive.
 ///
-/// Opening maps the file once and parses the end record and the central directory only; it
-/// never reads local headers or member data, so its cost grows with the directory alone. Each
-/// member's local header and .npy header are decoded on first access, exactly once even
-/// when many threads ask at the same moment, and cached. Every method is const and safe to
+/// Opening reads the end records and the central directory (positional reads into one
+/// buffer) and parses them only; it never reads local headers or member data, so its cost
+/// grows with the directory alone. Each member's local header and .npy header are decoded on
+/// first access, exactly once even when many threads ask at the same moment, and cached: a
+/// stored member's with one small read at its local header (a deflated member is inflated
+/// from the mapping). The file is mapped, once, when something first needs its bytes in
+/// memory (a view's data(), bytes(), read(), verify(), file_bytes()); the reader keeps the
+/// file open until then, and after, to read headers. Every method is const and safe to
 /// call from many threads at once. Copies share the same archive. Views keep the mapping
 /// alive after every reader is gone.
 ///
@@ -74,9 +78,9 @@ class reader {
   static reader from_bytes(const void* data, std::size_t size,
                            std::string display_name = "<memory>");
 
-  /// Maps the regular file open as `fd` (a file object's descriptor), whole, from its start;
-  /// the descriptor is neither kept nor closed. `display_name` stands for the path in errors
-  /// and path(). Throws as reader(path) does.
+  /// Opens the regular file open as `fd` (a file object's descriptor), whole, from its start,
+  /// through a duplicate of the descriptor (`fd` itself is neither kept nor closed). `display_name`
+  /// stands for the path in errors and path(). Throws as reader(path) does.
   static reader from_descriptor(int fd, std::string display_name);
 
   /// The path given to the constructor (or from_bytes()'s display name).
@@ -143,8 +147,17 @@ class reader {
   /// The .npy header of the member at `index`, as array_header(key).
   npy_header array_header(std::size_t index) const;
 
-  /// The whole file as mapped (its keepalive keeps the mapping alive).
+  /// The whole file as mapped (mapped now when it is not yet; its keepalive keeps the mapping
+  /// alive).
   bytes_view file_bytes() const;
+
+  /// Decodes the members at `indices` now, as their first access would (array(), is_array()),
+  /// in the order of their local headers in the file: one small read each, for a caller about
+  /// to touch many members (a dataset opening, which splits them between threads). Deflated
+  /// members are left to their first access (decoding inflates them whole). A member that does
+  /// not decode keeps its error for the access that would have seen it; only an index out of
+  /// range throws (errc::not_found, before anything is decoded).
+  void decode(std::vector<std::size_t> indices) const;
 
   /// Checks the CRC-32 of every member's contents against the directory; never throws for a
   /// bad member (see verify_result), only for OS errors. A deflated member that bytes() or

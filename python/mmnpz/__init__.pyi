@@ -35,7 +35,6 @@ class _BagObj:
     def __getattr__(self, key: str) -> _Item: ...
 
 class NpzReader:
-    mmap: Optional[np.memmap[Any, np.dtype[Any]]]
     files: List[str]
     arrays: Dict[str, _Item]
     allow_pickle: bool
@@ -45,6 +44,8 @@ class NpzReader:
                  preload: bool = False, allow_pickle: bool = False,
                  max_header_size: int = 10000, encoding: str = "ASCII",
                  fix_imports: bool = True, recover: bool = False) -> None: ...
+    @property
+    def mmap(self) -> Optional[np.memmap[Any, np.dtype[Any]]]: ...
     @property
     def path(self) -> str: ...
     @property

@@ -199,8 +199,9 @@ class _BagObj:
 class NpzReader(collections.abc.Mapping):
     """A memory-mapped .npz archive; ``mmnpz.load`` opens one (and also reads .npy files).
 
-    Opening maps the file once and parses the ZIP central directory only (without the GIL).
-    Items are decoded on first access. Keys are member names with or without ``.npy``; when
+    Opening reads and parses the ZIP central directory only (without the GIL); the file is
+    mapped by the first stored item (or ``mmap``). Items are decoded on first access, each
+    with one small read of its headers. Keys are member names with or without ``.npy``; when
     names repeat, the last one wins. Arrays stay valid after ``close()`` and after the reader
     is gone. Members that are not ``.npy`` are ``bytes``.
 
@@ -253,12 +254,8 @@ class NpzReader(collections.abc.Mapping):
                 "bytes after the archive's end record; opened the archive as it was before the "
                 f"append. `mmnpz recover {self._path}` restores the appended members.",
                 InterruptedAppendWarning, stacklevel=2)
-        whole = np.frombuffer(self._reader.mapping(), dtype=np.uint8).view(np.memmap)
-        whole.filename = os.path.abspath(self._path) if source.reopen else self._path
-        whole.offset, whole.mode = 0, "r"
-        #: A read-only uint8 ``numpy.memmap`` of the whole file.
-        self.mmap = whole
-        self._reader.configure(whole)
+        self._filename = os.path.abspath(self._path) if source.reopen else self._path
+        self._reader.configure(self._filename)  # the file is mapped by the first view
         #: The archive comment (``b""`` when there is none).
         self.comment = self._reader.comment
         self._writable = None  # the mapping "c" and "r+" views are made from
@@ -285,6 +282,13 @@ class NpzReader(collections.abc.Mapping):
                 if not self.allow_pickle and self._reader.array(index)[0] == "object":
                     continue  # raises on access, as without preload
                 self._by_index[index] = self.arrays[name] = self._item(index)
+
+    @property
+    def mmap(self):
+        """A read-only uint8 ``numpy.memmap`` of the whole file, which stored items are views
+        of: the file is mapped when it is first asked for or the first stored item is (opening
+        and metadata read the file); None after ``close()``."""
+        return None if self._reader is None else self._reader.whole()
 
     @property
     def path(self):
@@ -347,7 +351,7 @@ class NpzReader(collections.abc.Mapping):
         if self._mode == "r+":
             self._track(index)
         return _memmap_of(self._writable, shape, _core.dtype(descr), offset, fortran_order,
-                          self._mode, self.mmap.filename)
+                          self._mode, self._filename)
 
     def _track(self, index):
         """Notes a stored member handed out writable, for the CRC-32 update."""
@@ -450,7 +454,6 @@ class NpzReader(collections.abc.Mapping):
         self._source = None
         self._writable = None
         self._reader = None
-        self.mmap = None
         self.arrays = {}
         self._by_key = {}
         self._by_index = {}

@@ -160,7 +160,26 @@ struct py_reader {
       return py::make_tuple(*index, py::none());
     }
     if (header_too_long(*index, v)) return py::make_tuple(*index, py::none());
-    return py::make_tuple(*index, memmap_view(v, base));
+    return py::make_tuple(*index, memmap_view(v, whole()));
+  }
+
+  // The whole file's numpy.memmap, made (and the file mapped) when first asked for: by the
+  // first view, or NpzReader.mmap. One per reader: a thread that loses a race to make it
+  // takes the winner's (the GIL is held from the check to the assignment).
+  py::object whole() {
+    if (base) return base;
+    if (filename.is_none()) throw py::value_error("the reader has no base memmap (call configure)");
+    const mmnpz::bytes_view f = r.file_bytes();
+    py::object np = py::module_::import("numpy");
+    py::object buffer =
+        py::cast(shared_buffer{f.keepalive, f.data, static_cast<std::size_t>(f.size)});
+    py::object made =
+        np.attr("frombuffer")(buffer, np.attr("uint8")).attr("view")(np.attr("memmap"));
+    made.attr("filename") = filename;
+    made.attr("offset") = 0;
+    made.attr("mode") = "r";
+    if (!base) base = std::move(made);
+    return base;
   }
 
   // An array member's .npy header length after its magic, version and length field (what
@@ -181,7 +200,8 @@ struct py_reader {
   }
 
   mmnpz::reader r;
-  py::object base;  // the whole file's numpy.memmap
+  py::object filename = py::none();  // what the whole file's memmap calls itself
+  py::object base;                   // the whole file's numpy.memmap, once made
   std::uint64_t max_header = mmnpz::max_npy_header_len;  // lookup() hands no view beyond
 };
 
@@ -297,7 +317,8 @@ void bind_reader(py::module_& m) {
              return std::make_unique<py_reader>(std::move(*opened));
            }),
            py::arg("path"), py::arg("recover") = false,
-           R"(Maps the file and parses its central directory, without the GIL; with recover,
+           R"(Reads the file's central directory, without the GIL (the file is mapped when first
+needed); with recover,
 opens what mmnpz::recover() would make of it, in memory.)")
       .def_static(
           "from_bytes",
@@ -324,7 +345,8 @@ opens what mmnpz::recover() would make of it, in memory.)")
             return std::make_unique<py_reader>(std::move(*opened));
           },
           py::arg("fd"), py::arg("display_name"),
-          R"(Maps the regular file open as fd (not kept); display_name appears in errors.)")
+          R"(Opens the regular file open as fd (through a duplicate: fd is not kept); display_name
+appears in errors.)")
       .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
       .def(
@@ -337,15 +359,18 @@ opens what mmnpz::recover() would make of it, in memory.)")
           "member", [](const py_reader& p, std::size_t i) { return member_dict(p.r.member(i)); },
           py::arg("index"), R"(The central-directory entry at index, as a dict.)")
       .def(
-          "configure", [](py_reader& p, py::object base) { p.base = std::move(base); },
-          py::arg("base"),
-          R"(Sets the whole file's numpy.memmap, which views are based on and take the type of.)")
+          "configure", [](py_reader& p, py::object filename) { p.filename = std::move(filename); },
+          py::arg("filename"),
+          R"(Sets the filename of the whole file's numpy.memmap, which views are based on and take
+the type of; it is made, and the file mapped, when the first view or whole() needs it.)")
+      .def("whole", &py_reader::whole,
+           R"(The whole file's read-only uint8 numpy.memmap (made, and the file mapped, on the
+first call; the same object after).)")
       .def("lookup", &py_reader::lookup, py::arg("key"),
            R"(None when no member answers to key; else (index, view): a read-only numpy.memmap
 view for a stored array, None for other members (deflated, not .npy, pickled).)")
       .def(
-          "view",
-          [](const py_reader& p, std::size_t i) { return memmap_view(p.r.array(i), p.base); },
+          "view", [](py_reader& p, std::size_t i) { return memmap_view(p.r.array(i), p.whole()); },
           py::arg("index"), R"(The read-only numpy.memmap view of a stored array.)")
       .def(
           "mapping",

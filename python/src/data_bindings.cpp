@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "data/dataset_state.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "str_list.hpp"
 
@@ -298,6 +299,23 @@ void bind_dataset(py::module_& m) {
       .field("threads", &mmnpz::dataset_options::threads)
       .field("io", &mmnpz::dataset_options::io)
       .done();
+
+  m.def(
+      "_after_archives_open",
+      [](py::object callback) {
+        if (callback.is_none()) {
+          mmnpz::detail::after_archives_open = nullptr;
+          return;
+        }
+        auto held = std::make_shared<py::object>(std::move(callback));
+        mmnpz::detail::after_archives_open = [held] {
+          py::gil_scoped_acquire gil;
+          (*held)();
+        };
+      },
+      py::arg("callback"),
+      R"(For tests: calls callback() in every Dataset opening once its archives are open and before
+their items' headers are read (None: no longer).)");
 
   py::class_<mmnpz::dataset>(m, "Dataset",
                              R"(Archives opened as one item sequence (see mmnpz::dataset).)")

@@ -97,8 +97,9 @@ std::uint32_t intern(std::vector<item_layout>& layouts, const dtype& type,
   return static_cast<std::uint32_t>(layouts.size() - 1);
 }
 
-shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& select) {
-  shard_items out;
+// The members of `r` that are items, in directory order.
+std::vector<std::size_t> item_members(const reader& r, const std::string& select) {
+  std::vector<std::size_t> out;
   for (std::size_t m = 0; m < r.size(); ++m) {
     const member_info& info = r.member(m);
     if (r.find(info.name) != m) continue;  // shadowed by a later member of the same name
@@ -109,6 +110,46 @@ shard_items read_shard(const reader& r, std::uint32_t shard, const std::string& 
     } else if (::fnmatch(select.c_str(), std::string(key).c_str(), 0) != 0) {
       continue;
     }
+    out.push_back(m);
+  }
+  return out;
+}
+
+// The items' headers, decoded in parts of this many members at a time on the pool, each part
+// in the order of its members in the file (one small read each).
+constexpr std::size_t decode_part = 256;
+
+// One part of an archive's items to decode.
+struct decode_job {
+  std::size_t shard;
+  std::vector<std::size_t> members;
+};
+
+// The parts of every archive's items, each part in file order.
+std::vector<decode_job> decode_jobs(const std::vector<std::optional<reader>>& readers,
+                                    const std::vector<std::vector<std::size_t>>& members) {
+  std::vector<decode_job> jobs;
+  for (std::size_t sh = 0; sh < readers.size(); ++sh) {
+    const reader& r = *readers[sh];
+    std::vector<std::size_t> sorted = members[sh];
+    std::sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
+      return r.member(a).local_header_offset < r.member(b).local_header_offset;
+    });
+    for (std::size_t k = 0; k < sorted.size(); k += decode_part) {
+      const auto first = sorted.begin() + static_cast<std::ptrdiff_t>(k);
+      jobs.push_back(
+          {sh, std::vector<std::size_t>(first, first + static_cast<std::ptrdiff_t>(std::min(
+                                                           decode_part, sorted.size() - k)))});
+    }
+  }
+  return jobs;
+}
+
+shard_items read_shard(const reader& r, std::uint32_t shard,
+                       const std::vector<std::size_t>& members) {
+  shard_items out;
+  for (std::size_t m : members) {
+    const member_info& info = r.member(m);
     dataset_item it;
     npy_header h;
     if (info.is_deflated()) {
@@ -144,6 +185,10 @@ std::size_t thread_count(std::size_t wanted) {
 }
 
 }  // namespace
+
+namespace detail {
+std::function<void()> after_archives_open;
+}  // namespace detail
 
 std::string_view to_string(shard_order order) { return order_text.name(order); }
 shard_order parse_shard_order(std::string_view text) { return order_text.parse(text); }
@@ -190,13 +235,25 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
   }
   const std::size_t n = s->paths.size();
   std::vector<std::optional<reader>> readers(n);
+  std::vector<std::vector<std::size_t>> members(n);
   std::vector<shard_items> per_shard(n);
   s->files.resize(n);
   s->io = options.io;
-  detail::thread_pool::shared().run(n, thread_count(options.threads), [&](std::size_t i) {
+  detail::thread_pool& pool = detail::thread_pool::shared();
+  const std::size_t threads = thread_count(options.threads);
+  pool.run(n, threads, [&](std::size_t i) {
     readers[i].emplace(s->paths[i]);
-    per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), options.select);
+    members[i] = item_members(*readers[i], options.select);
     s->files[i] = detail::archive_file(s->paths[i]);
+  });
+  if (detail::after_archives_open) detail::after_archives_open();
+  // Every item's local and .npy headers, read on the pool in file order (errors are kept for
+  // read_shard, which meets them in directory order).
+  const std::vector<decode_job> jobs = decode_jobs(readers, members);
+  pool.run(jobs.size(), threads,
+           [&](std::size_t j) { readers[jobs[j].shard]->decode(jobs[j].members); });
+  pool.run(n, threads, [&](std::size_t i) {
+    per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), members[i]);
   });
   s->readers.reserve(n);
   for (auto& r : readers) s->readers.push_back(std::move(*r));

@@ -3,9 +3,10 @@
 // What a dataset keeps, for gather: every item's data pointer, length and layout resolved once
 // when the dataset opens. Inside the library only; the public header declares dataset::state.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -68,6 +69,12 @@ struct dataset::state {
     return std::string_view(member_names).substr(begin, name_ends[i] - begin);
   }
 };
+
+namespace detail {
+/// A seam for tests: when set, called by every dataset opening once its archives are open and
+/// before their items' headers are read (a test truncates an archive there).
+extern std::function<void()> after_archives_open;
+}  // namespace detail
 
 /// The state of `d` (not bounds-checked access: use state::item or check indices first).
 const dataset::state& state_of(const dataset& d);

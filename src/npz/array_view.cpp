@@ -11,7 +11,9 @@ const std::vector<std::int64_t>& array_view::strides() const { return s_->stride
 bool array_view::fortran_order() const { return s_->fortran_order; }
 std::uint64_t array_view::size() const { return s_->size; }
 std::uint64_t array_view::nbytes() const { return s_->nbytes; }
-const std::byte* array_view::data() const { return s_->data; }
+const std::byte* array_view::data() const {
+  return s_->source ? s_->source->data() + s_->file_offset : s_->data;
+}
 bool array_view::is_mapped() const { return s_->mapped; }
 std::uint64_t array_view::file_offset() const { return s_->file_offset; }
 std::string_view array_view::member() const { return s_->member; }

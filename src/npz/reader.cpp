@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -10,15 +11,15 @@
 
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
-#include "zip/crc32.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
+#include "mmnpz/npy.hpp"
+#include "npz/view_state.hpp"
+#include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
 #include "zip/inflate.hpp"
 #include "zip/records.hpp"
-#include "mmnpz/npy.hpp"
-#include "npz/view_state.hpp"
 
 namespace mmnpz {
 namespace detail {
@@ -113,21 +114,32 @@ constexpr std::size_t verify_piece = std::size_t{1} << 20;
 // 64 to 128 bytes in practice).
 constexpr std::size_t header_piece = 4096;
 
+// What a first access reads at a member's local header: the local header (30 bytes, a name,
+// an alignment record of up to 64 bytes by default) and the .npy header (128 bytes in
+// practice) fit, so one read does; a longer header costs a second read.
+constexpr std::size_t first_read = 1024;
+
+// What opening reads at the end of the file first: the end records of an archive whose
+// comment is short, and the whole directory of a small archive.
+constexpr std::size_t first_tail_read = 16384;
+
 }  // namespace
 
-// Where a member's bytes lie, as its local header says.
+// Where a member's bytes lie, as its local header says, and their first bytes, read with it.
 struct located {
-  const std::byte* data = nullptr;  // the compressed bytes (the contents, when stored)
-  std::uint64_t offset = 0;         // absolute offset of `data` in the file
+  std::uint64_t offset = 0;    // absolute offset of the member's bytes in the file
+  std::vector<std::byte> buf;  // what was read at the local header
+  std::size_t head_at = 0;     // where in buf the member's bytes begin
+  std::size_t head_size = 0;   // and how many of them buf holds
+  const std::byte* head() const { return buf.data() + head_at; }
 };
 
 // What first access to a member found, cached for every later access.
 struct decoded {
   std::exception_ptr contents_error;  // local header, method, inflation
-  const std::byte* contents = nullptr;
   std::uint64_t contents_size = 0;
   std::uint64_t contents_offset = 0;  // absolute offset of the member's bytes in the file
-  bool mapped = true;
+  bool mapped = true;  // stored: the contents are in the file (mapped when first needed)
   std::shared_ptr<std::vector<std::byte>> inflated;
   bool is_array = false;
   std::exception_ptr array_error;  // .npy header, object arrays
@@ -136,8 +148,9 @@ struct decoded {
 
 class archive {
  public:
-  archive(std::string path, mapped_bytes bytes) : path_(std::move(path)), bytes_(std::move(bytes)) {
-    dir_ = zip::read_directory(bytes_.data, bytes_.size, path_);
+  archive(std::string path, std::shared_ptr<const file_source> source)
+      : path_(std::move(path)), source_(std::move(source)) {
+    open_directory();
     names_.build(dir_.members);
     slots_.reset(new std::atomic<const decoded*>[dir_.members.size()]());
   }
@@ -149,7 +162,28 @@ class archive {
 
   const std::string& path() const { return path_; }
   const zip::directory& dir() const { return dir_; }
-  const mapped_bytes& file() const { return bytes_; }
+  const file_source& file() const { return *source_; }
+  /// What keeps the file's mapping alive (views share it).
+  std::shared_ptr<const void> keepalive() const { return source_; }
+  bool interrupted() const { return interrupted_; }
+
+  /// Where the decoded contents are: in the mapping (made now when it is not yet) or in the
+  /// inflated buffer.
+  const std::byte* contents(const decoded& d) const {
+    return d.mapped ? source_->data() + d.contents_offset : d.inflated->data();
+  }
+
+  /// Decodes the members at `indices` that are stored and not decoded yet, in the order of
+  /// their local headers.
+  void decode_many(std::vector<std::size_t> indices) const {
+    for (std::size_t i : indices) member(i);
+    std::sort(indices.begin(), indices.end(), [&](std::size_t a, std::size_t b) {
+      return dir_.members[a].local_header_offset < dir_.members[b].local_header_offset;
+    });
+    for (std::size_t i : indices) {
+      if (dir_.members[i].method == zip::method_stored) get(i);
+    }
+  }
 
   const member_info& member(std::size_t index) const {
     if (index >= dir_.members.size()) {
@@ -194,7 +228,7 @@ class archive {
     check_contents(d);
     if (!d.mapped) return;
     const member_info& m = dir_.members[index];
-    const std::uint32_t actual = crc32_of(d.contents, d.contents_size);
+    const std::uint32_t actual = crc32_of(contents(d), d.contents_size);
     if (actual != m.crc32) {
       throw errors::checksum(path_, m.name, d.contents_offset,
                   "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
@@ -214,20 +248,21 @@ class archive {
     std::uint64_t n = 0;
     if (const decoded* d = slots_[index].load(std::memory_order_acquire)) {
       check_contents(*d);
-      p = d->contents;
+      p = contents(*d);
       n = d->contents_size;
     } else {
       const context ctx{path_, m.name};
       const located at = locate(m, ctx);
       if (m.method == zip::method_deflated) {
         std::vector<std::byte> buf;
-        inflate_pieces(m, at, ctx, buf, piece, [&sink](const std::byte* q, std::size_t k) {
-          sink(q, k);
-          return true;
-        });
+        inflate_pieces(m, mapped_data(at), ctx, buf, piece,
+                       [&sink](const std::byte* q, std::size_t k) {
+                         sink(q, k);
+                         return true;
+                       });
         return;
       }
-      p = at.data;
+      p = source_->data() + at.offset;
       n = m.compressed_size;
     }
     for (std::uint64_t done = 0; done < n; done += piece) {
@@ -240,13 +275,17 @@ class archive {
   npy_header array_header(std::size_t index) const {
     const member_info& m = member(index);
     const context ctx{path_, m.name};
-    const located at = locate(m, ctx);
+    located at = locate(m, ctx);
     const std::uint64_t size = m.uncompressed_size;
     const bool mapped = m.method == zip::method_stored;
-    const std::byte* p = at.data;
-    std::uint64_t available = size;
+    const std::byte* p = nullptr;
+    std::uint64_t available = 0;
     std::vector<std::byte> head;
-    if (!mapped) {
+    if (mapped) {
+      read_npy_head(m, at);
+      p = at.head();
+      available = at.head_size;
+    } else {
       // The preamble says how long the header is; a bad one stops at the preamble, and the
       // parser then says what is wrong with it.
       const auto wanted = [&] {
@@ -254,10 +293,11 @@ class archive {
         return std::min<std::uint64_t>(size, n != 0 ? n : npy_preamble_len);
       };
       std::vector<std::byte> buf;
-      inflate_pieces(m, at, ctx, buf, header_piece, [&](const std::byte* q, std::size_t k) {
-        head.insert(head.end(), q, q + k);
-        return head.size() < wanted();
-      });
+      inflate_pieces(m, mapped_data(at), ctx, buf, header_piece,
+                     [&](const std::byte* q, std::size_t k) {
+                       head.insert(head.end(), q, q + k);
+                       return head.size() < wanted();
+                     });
       p = head.data();
       available = head.size();
     }
@@ -273,43 +313,84 @@ class archive {
   }
 
  private:
+  // The first access: a stored member's local header and .npy header are read from the file
+  // (one read, two for a long header); a deflated member is inflated whole from the mapping.
   void decode(const member_info& m, decoded& d) const {
+    located at;
     try {
-      read_contents(m, d);
+      at = read_contents(m, d);
     } catch (const error&) {
       d.contents_error = std::current_exception();
       return;
     }
-    d.is_array =
-        d.contents_size >= npy_magic_len && std::memcmp(d.contents, npy_magic, npy_magic_len) == 0;
+    const std::byte* head = d.mapped ? at.head() : d.inflated->data();
+    const std::uint64_t available = d.mapped ? at.head_size : d.contents_size;
+    d.is_array = available >= npy_magic_len && std::memcmp(head, npy_magic, npy_magic_len) == 0;
     if (!d.is_array) return;
     try {
-      make_view(m, d);
+      make_view(m, d, head, available);
     } catch (const error&) {
       d.array_error = std::current_exception();
     }
   }
 
-  void read_contents(const member_info& m, decoded& d) const {
+  located read_contents(const member_info& m, decoded& d) const {
     const context ctx{path_, m.name};
-    const located at = locate(m, ctx);
+    located at = locate(m, ctx);
     d.contents_offset = at.offset;
     if (m.method == zip::method_stored) {
-      d.contents = at.data;
       d.contents_size = m.compressed_size;
-      return;
+      read_npy_head(m, at);
+      return at;
     }
     d.mapped = false;
     d.inflated = std::make_shared<std::vector<std::byte>>();
-    inflate_whole_member(m, at, ctx, *d.inflated);
-    d.contents = d.inflated->data();
+    inflate_whole_member(m, mapped_data(at), ctx, *d.inflated);
     d.contents_size = d.inflated->size();
+    return at;
+  }
+
+  // Where a located member's bytes are in the mapping (made now when it is not yet).
+  struct in_mapping {
+    const std::byte* data;
+    std::uint64_t offset;
+  };
+  in_mapping mapped_data(const located& at) const {
+    return {source_->data() + at.offset, at.offset};
+  }
+
+  // Reads up to `n` bytes at `offset` of member `m` into `out` (resized to what was read);
+  // fewer than `needed` mean that the file was cut since it was opened (the directory placed
+  // them before it).
+  void read_some(const member_info& m, std::vector<std::byte>& out, std::uint64_t n,
+                 std::uint64_t needed, std::uint64_t offset) const {
+    out.resize(static_cast<std::size_t>(n));
+    const std::size_t got = source_->read_at(out.data(), out.size(), offset);
+    out.resize(got);
+    if (got < needed) {
+      throw errors::corrupt_zip(
+          path_, m.name, offset,
+          "the archive was truncated after it was opened: the file now ends at byte " +
+              std::to_string(offset + got));
+    }
+  }
+
+  // Makes `at` hold the stored member's .npy header whole (as far as the member goes), with a
+  // second read when the first one stopped inside it.
+  void read_npy_head(const member_info& m, located& at) const {
+    const std::uint64_t n = npy_header_size(at.head(), at.head_size);
+    const std::uint64_t wanted =
+        std::min<std::uint64_t>(m.compressed_size, n != 0 ? n : npy_preamble_len);
+    if (at.head_size >= wanted) return;
+    read_some(m, at.buf, wanted, wanted, at.offset);
+    at.head_at = 0;
+    at.head_size = at.buf.size();
   }
 
   // Inflates the deflated member at `at` into `out`, in one piece, and checks its size and
   // CRC-32 against the directory. libdeflate does it, faster than zlib; when the size is not
   // credible or libdeflate finds the stream bad, zlib's inflate_pieces says what is wrong.
-  void inflate_whole_member(const member_info& m, const located& at, const context& ctx,
+  void inflate_whole_member(const member_info& m, const in_mapping& at, const context& ctx,
                             std::vector<std::byte>& out) const {
     if (m.uncompressed_size / max_deflate_ratio <= m.compressed_size + 1) {
       out.resize(static_cast<std::size_t>(m.uncompressed_size));
@@ -337,9 +418,22 @@ class archive {
                "compression method " + std::to_string(m.method) +
                    " is not supported (only 0, stored, and 8, deflated)");
     }
-    // Members precede the central directory: the local header is read within that bound.
-    byte_reader r(bytes_.data + m.local_header_offset, dir_.cd_offset - m.local_header_offset,
-                  m.local_header_offset, ctx, errc::corrupt_zip);
+    // Members precede the central directory: the local header is read within that bound, in
+    // one read that takes the first bytes of the member's contents too (a second one when
+    // the local header is longer).
+    const std::uint64_t room = dir_.cd_offset - m.local_header_offset;
+    // A read that the file's end cuts short (it was truncated since it was opened) is an error
+    // only when it misses bytes that are needed.
+    located at;
+    const std::uint64_t fixed = std::min<std::uint64_t>(room, zip::local_header_size);
+    read_some(m, at.buf, std::min<std::uint64_t>(room, first_read), fixed, m.local_header_offset);
+    const std::uint64_t header_len = zip::local_header_length(at.buf.data(), at.buf.size());
+    if (header_len > at.buf.size()) {
+      const std::uint64_t whole = std::min<std::uint64_t>(room, header_len);
+      read_some(m, at.buf, std::min<std::uint64_t>(room, header_len + first_read), whole,
+                m.local_header_offset);
+    }
+    byte_reader r(at.buf.data(), at.buf.size(), m.local_header_offset, ctx, errc::corrupt_zip);
     const zip::local_header h = zip::parse_local_header(r);
     std::string converted;
     const std::string_view local_name =
@@ -347,14 +441,15 @@ class archive {
     if (local_name != m.name) {
       r.fail_at(h.name_offset, "the local header names it '" + std::string(local_name) + "'");
     }
-    located at;
     at.offset = h.data_offset;
-    if (m.compressed_size > r.remaining()) {
+    if (m.compressed_size > dir_.cd_offset - h.data_offset) {
       r.fail("data [" + std::to_string(at.offset) + ", " +
              std::to_string(at.offset + m.compressed_size) +
              ") runs into the central directory at " + std::to_string(dir_.cd_offset));
     }
-    at.data = r.take(m.compressed_size);
+    at.head_at = static_cast<std::size_t>(h.data_offset - m.local_header_offset);
+    at.head_size =
+        static_cast<std::size_t>(std::min<std::uint64_t>(r.remaining(), m.compressed_size));
     if (m.method == zip::method_stored && m.compressed_size != m.uncompressed_size) {
       ctx.fail(errc::corrupt_zip, at.offset,
                "stored member has compressed size " + std::to_string(m.compressed_size) +
@@ -371,7 +466,7 @@ class archive {
   // checked against the directory before the last piece is handed out, and true is returned.
   // With a piece of the whole size, the member is inflated in place and handed out once.
   template <class Sink>
-  bool inflate_pieces(const member_info& m, const located& at, const context& ctx,
+  bool inflate_pieces(const member_info& m, const in_mapping& at, const context& ctx,
                       std::vector<std::byte>& buf, std::uint64_t piece, Sink&& sink) const {
     const std::uint64_t cap = m.uncompressed_size;
     if (cap / max_deflate_ratio > m.compressed_size + 1) {
@@ -460,9 +555,12 @@ class archive {
     }
   }
 
-  void make_view(const member_info& m, decoded& d) const {
+  // The view of an array member, from its first `available` bytes at `head` (enough to hold
+  // the .npy header).
+  void make_view(const member_info& m, decoded& d, const std::byte* head,
+                 std::uint64_t available) const {
     const std::string_view name = m.name;
-    npy_header h = header_of(m, d.contents, d.contents_size, d.mapped, d.contents_offset);
+    npy_header h = header_of(m, head, available, d.mapped, d.contents_offset);
     if (h.type.has_object()) {
       throw errors::object_array(path_, name, error::no_offset,
                   "pickled object arrays cannot be memory-mapped");
@@ -476,18 +574,77 @@ class archive {
     v.fortran_order = h.fortran_order;
     v.size = h.size;
     v.nbytes = h.nbytes;
-    v.data = d.contents + h.data_offset;
     v.mapped = d.mapped;
     v.file_offset = d.contents_offset + h.data_offset;
     if (d.mapped) {
-      v.keepalive = bytes_.keepalive;
+      v.source = source_.get();  // data() maps the file when first asked
+      v.keepalive = source_;
     } else {
+      v.data = d.inflated->data() + h.data_offset;
       v.keepalive = d.inflated;
     }
   }
 
+  // Reads the end records with positional reads into one buffer (the last 16 KiB of the file,
+  // more when a long comment or the zip64 records ask for it; kept: the comment and what
+  // follows the archive lie there), and the central directory with it when it fits, else in
+  // pieces through a staging buffer (see zip::read_directory_tail); bytes in memory are parsed
+  // as they are. A file that must be searched from its start (an interrupted append, bytes
+  // before the archive, no end record) is mapped and parsed whole.
+  void open_directory() {
+    const std::uint64_t size = source_->size();
+    const std::byte* tail = nullptr;
+    std::uint64_t tail_offset = 0;
+    if (source_->is_mapped() || size == 0) {
+      tail = source_->data();
+      dir_ = zip::read_directory(tail, size, path_);
+    } else {
+      tail_offset = size - std::min<std::uint64_t>(size, first_tail_read);
+      while (true) {
+        const std::uint64_t n = size - tail_offset;
+        dir_bytes_.reset(new std::byte[static_cast<std::size_t>(n)]);
+        const std::size_t got = source_->read_at(dir_bytes_.get(), n, tail_offset);
+        if (got < n) {
+          throw errors::corrupt_zip(
+              path_, {}, tail_offset,
+              "the file was truncated while it was opened: it now ends at byte " +
+                  std::to_string(tail_offset + got));
+        }
+        std::uint64_t need = 0;
+        const zip::piece_reader read = [&](std::byte* dst, std::uint64_t k, std::uint64_t at) {
+          const std::size_t done = source_->read_at(dst, static_cast<std::size_t>(k), at);
+          if (done < k) {
+            throw errors::corrupt_zip(
+                path_, {}, at,
+                "the file was truncated while it was opened: it now ends at byte " +
+                    std::to_string(at + done));
+          }
+        };
+        if (auto d =
+                zip::read_directory_tail(dir_bytes_.get(), tail_offset, size, path_, need, read)) {
+          dir_ = std::move(*d);
+          tail = dir_bytes_.get();
+          break;
+        }
+        if (need == 0) {  // a search from the start: parse the mapping
+          dir_bytes_.reset();
+          tail = source_->data();
+          tail_offset = 0;
+          dir_ = zip::read_directory(tail, size, path_);
+          break;
+        }
+        // At least twice as much each time, however little more was asked for.
+        tail_offset = std::min(need, tail_offset - std::min(tail_offset, n));
+      }
+    }
+    const std::uint64_t end = dir_.archive_end;
+    interrupted_ = zip::starts_appended_member(tail + (end - tail_offset), size - end);
+  }
+
   std::string path_;
-  mapped_bytes bytes_;
+  std::shared_ptr<const file_source> source_;
+  std::unique_ptr<std::byte[]> dir_bytes_;  // the directory, end records and what follows
+  bool interrupted_ = false;
   zip::directory dir_;
   name_table names_;
   std::unique_ptr<std::atomic<const decoded*>[]> slots_;
@@ -506,15 +663,17 @@ reader::reader(const std::string& path) : reader(path, reader_options{}) {}
 
 reader::reader(const std::string& path, const reader_options& options) {
   try {
-    a_ = std::make_shared<const archive>(path, detail::map_file(path));
+    a_ = std::make_shared<const archive>(path, detail::file_source::open(path));
   } catch (const error& e) {
     if (!options.recover || e.code() != errc::corrupt_zip) throw;
     // No directory to open (a first write killed): what recover() would make of it.
-    a_ = std::make_shared<const archive>(path, detail::recovered_copy(path));
+    a_ = std::make_shared<const archive>(
+        path, detail::file_source::in_memory(detail::recovered_copy(path)));
     return;
   }
   if (options.recover && (was_interrupted() || bytes_after_archive() != 0)) {
-    a_ = std::make_shared<const archive>(path, detail::recovered_copy(path));
+    a_ = std::make_shared<const archive>(
+        path, detail::file_source::in_memory(detail::recovered_copy(path)));
     return;
   }
   if (options.on_interrupted_append && was_interrupted()) {
@@ -523,13 +682,13 @@ reader::reader(const std::string& path, const reader_options& options) {
 }
 
 reader reader::from_bytes(const void* data, std::size_t size, std::string display_name) {
-  return reader(
-      std::make_shared<const archive>(std::move(display_name), detail::copy_bytes(data, size)));
+  return reader(std::make_shared<const archive>(
+      std::move(display_name), detail::file_source::in_memory(detail::copy_bytes(data, size))));
 }
 
 reader reader::from_descriptor(int fd, std::string display_name) {
-  detail::mapped_bytes mapped = detail::map_descriptor(fd, display_name);
-  return reader(std::make_shared<const archive>(std::move(display_name), std::move(mapped)));
+  auto source = detail::file_source::from_descriptor(fd, display_name);
+  return reader(std::make_shared<const archive>(std::move(display_name), std::move(source)));
 }
 
 const std::string& reader::path() const { return a_->path(); }
@@ -573,10 +732,10 @@ bytes_view reader::bytes(std::size_t index) const {
   const detail::decoded& d = a_->get(index);
   a_->check_contents(d);
   bytes_view b;
-  b.data = d.contents;
+  b.data = a_->contents(d);
   b.size = d.contents_size;
   b.mapped = d.mapped;
-  b.keepalive = std::shared_ptr<const void>(a_, d.contents);
+  b.keepalive = std::shared_ptr<const void>(a_, b.data);
   return b;
 }
 
@@ -604,21 +763,19 @@ verify_result reader::verify() const {
 void reader::verify(std::size_t index) const { a_->verify(index); }
 
 bytes_view reader::file_bytes() const {
-  const detail::mapped_bytes& f = a_->file();
-  return {f.data, f.size, true, f.keepalive};
+  return {a_->file().data(), a_->file().size(), true, a_->keepalive()};
 }
 
-std::uint64_t reader::file_size() const { return a_->file().size; }
+void reader::decode(std::vector<std::size_t> indices) const { a_->decode_many(std::move(indices)); }
+
+std::uint64_t reader::file_size() const { return a_->file().size(); }
 std::uint64_t reader::leading_bytes() const { return a_->dir().leading_bytes; }
 std::string_view reader::comment() const { return a_->dir().comment; }
 bool reader::is_zip64() const { return a_->dir().zip64; }
 std::uint64_t reader::bytes_after_archive() const {
-  return a_->file().size - a_->dir().archive_end;
+  return a_->file().size() - a_->dir().archive_end;
 }
-bool reader::was_interrupted() const {
-  const std::uint64_t end = a_->dir().archive_end;
-  return zip::starts_appended_member(a_->file().data + end, a_->file().size - end);
-}
+bool reader::was_interrupted() const { return a_->interrupted(); }
 
 bool looks_like_zip(const void* data, std::size_t size) {
   const zip::record_kind k = zip::record_at(static_cast<const std::byte*>(data), size);

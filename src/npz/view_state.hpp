@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "detail/mapped_file.hpp"
 #include "mmnpz/array_view.hpp"
 #include "mmnpz/dtype.hpp"
 
@@ -22,8 +23,11 @@ struct array_view::state {
   bool fortran_order = false;
   std::uint64_t size = 1;  ///< number of elements
   std::uint64_t nbytes = 0;
-  const std::byte* data = nullptr;
+  const std::byte* data = nullptr;  ///< the data, when not mapped (inflated)
   std::uint64_t file_offset = 0;  ///< absolute offset of data in the file, when mapped
+  /// The file the data is in, when mapped: data() is its mapping + file_offset (the file is
+  /// mapped when a view's data is first asked for). Kept alive by keepalive.
+  const detail::file_source* source = nullptr;
   bool mapped = true;
   std::shared_ptr<const void> keepalive;  ///< the file mapping, or the inflated buffer
 };

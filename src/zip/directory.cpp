@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <numeric>
 #include <optional>
@@ -18,6 +19,25 @@ namespace {
 using detail::byte_reader;
 using detail::checked_add;
 using detail::context;
+
+// Where the bytes come from: the last ones of a file of `size` bytes, [offset, size), held at
+// `data`. Asking for a byte before `offset` throws need_bytes, which read_directory_tail()
+// turns into a request for more.
+struct need_bytes {
+  std::uint64_t from;
+};
+struct window {
+  const std::byte* data;
+  std::uint64_t offset;
+  std::uint64_t size;
+  // Reads the central directory when it lies before `data` (null: ask for it with need_bytes).
+  const piece_reader* read = nullptr;
+  // The byte at absolute `pos` (pos <= size), and after it every byte up to the end.
+  const std::byte* at(std::uint64_t pos) const {
+    if (pos < offset) throw need_bytes{pos};
+    return data + (pos - offset);
+  }
+};
 // "[start, start + sizes...)" for messages; sizes come from the file, so the end may pass
 // 2^64 (at most once: it is below 2^65 here), and is then written as "2^64 + rest".
 std::string range(std::uint64_t start, std::initializer_list<std::uint64_t> sizes) {
@@ -32,8 +52,8 @@ std::string range(std::uint64_t start, std::initializer_list<std::uint64_t> size
 // comment, whose comment ends exactly at end of file; failing that, the last one whose
 // comment fits (trailing garbage after the comment is tolerated, as Info-ZIP does). Returns
 // nothing, with `why` saying what is missing, when there is none.
-std::optional<end_record> find_end_record(const std::byte* data, std::uint64_t size,
-                                          const context& ctx, std::string& why) {
+std::optional<end_record> find_end_record(const window& w, const context& ctx, std::string& why) {
+  const std::uint64_t size = w.size;
   if (size < end_size) {
     why = "not a ZIP archive: " + std::to_string(size) +
           " bytes is too small for an end of central directory record";
@@ -42,8 +62,9 @@ std::optional<end_record> find_end_record(const std::byte* data, std::uint64_t s
   const std::uint64_t lowest = size > end_search_window ? size - end_search_window : 0;
   std::uint64_t fallback = error::no_offset;
   for (std::uint64_t pos = size - end_size + 1; pos-- > lowest;) {
-    if (signature_at(data + pos) != end_sig) continue;
-    byte_reader candidate(data + pos, size - pos, pos, ctx, errc::corrupt_zip);
+    if (pos < w.offset) throw need_bytes{lowest};  // the rest of the window, in one go
+    if (signature_at(w.at(pos)) != end_sig) continue;
+    byte_reader candidate(w.at(pos), size - pos, pos, ctx, errc::corrupt_zip);
     const std::uint64_t comment_len = parse_end_record(candidate).comment_len;
     const std::uint64_t after = size - pos - end_size;
     if (comment_len == after) {
@@ -57,18 +78,18 @@ std::optional<end_record> find_end_record(const std::byte* data, std::uint64_t s
           std::to_string(size - lowest) + " bytes";
     return std::nullopt;
   }
-  byte_reader r(data + fallback, size - fallback, fallback, ctx, errc::corrupt_zip);
+  byte_reader r(w.at(fallback), size - fallback, fallback, ctx, errc::corrupt_zip);
   return parse_end_record(r);
 }
 
 // Replaces the saturated fields of `e` with the zip64 end record's, when a locator precedes
 // the classic end record. Returns the absolute offset of the zip64 end record, or no_offset.
-std::uint64_t read_zip64_end(const std::byte* data, const end_record& classic, end_record& e,
+std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_record& e,
                              const context& ctx) {
   if (classic.offset < end64_locator_size) return error::no_offset;
   const std::uint64_t loc = classic.offset - end64_locator_size;
-  if (signature_at(data + loc) != end64_locator_sig) return error::no_offset;
-  byte_reader l(data + loc, end64_locator_size, loc, ctx, errc::corrupt_zip);
+  if (signature_at(w.at(loc)) != end64_locator_sig) return error::no_offset;
+  byte_reader l(w.at(loc), end64_locator_size, loc, ctx, errc::corrupt_zip);
   const end64_locator locator = parse_end64_locator(l);
   const std::uint64_t stated = locator.end64_offset;
   if (locator.end64_disk != 0 || locator.disks > 1) {
@@ -79,17 +100,16 @@ std::uint64_t read_zip64_end(const std::byte* data, const end_record& classic, e
   // The record sits right before the locator unless it has extensible data; its stated
   // offset is wrong when bytes were prepended, so try where it must be first.
   std::uint64_t pos = error::no_offset;
-  if (loc >= end64_size && signature_at(data + loc - end64_size) == end64_sig) {
+  if (loc >= end64_size && signature_at(w.at(loc - end64_size)) == end64_sig) {
     pos = loc - end64_size;
-  } else if (stated <= loc - std::min(loc, end64_size) &&
-             signature_at(data + stated) == end64_sig) {
+  } else if (stated <= loc - std::min(loc, end64_size) && signature_at(w.at(stated)) == end64_sig) {
     pos = stated;
   } else {
     ctx.fail(errc::corrupt_zip, loc,
              "zip64 end of central directory locator points to " + std::to_string(stated) +
                  ", where there is no zip64 end record");
   }
-  byte_reader r(data + pos, loc - pos, pos, ctx, errc::corrupt_zip);
+  byte_reader r(w.at(pos), loc - pos, pos, ctx, errc::corrupt_zip);
   const end_record z = parse_end64_record(r);
   e.disk = z.disk;
   e.cd_disk = z.cd_disk;
@@ -102,9 +122,9 @@ std::uint64_t read_zip64_end(const std::byte* data, const end_record& classic, e
 
 // Where the directory lies: the end records' figures, checked against the file. Any
 // difference from the stated offset is bytes before the archive that its offsets do not count.
-void place_directory(const std::byte* data, const end_record& classic, directory& d,
-                     end_record& e, const context& ctx) {
-  const std::uint64_t end64 = read_zip64_end(data, classic, e, ctx);
+void place_directory(const window& w, const end_record& classic, directory& d, end_record& e,
+                     const context& ctx) {
+  const std::uint64_t end64 = read_zip64_end(w, classic, e, ctx);
   d.zip64 = end64 != error::no_offset;
   d.end_offset = classic.offset;
   d.comment = classic.comment;
@@ -190,24 +210,88 @@ void check_no_overlap(directory& d, bool ascending, const std::string& path) {
   d.leading_bytes = d.members.empty() ? d.cd_offset : at(0).local_header_offset;
 }
 
-// The archive whose classic end record is `classic` (which lies within `data`).
-directory read_from(const std::byte* data, const end_record& classic, const std::string& path) {
+// A copy of `name` that lives as long as `d` (in blocks that never move).
+std::string_view keep_name(directory& d, std::string_view name) {
+  constexpr std::size_t block = std::size_t{1} << 16;  // holds any name (at most 65,535 bytes)
+  if (d.name_blocks.empty() || block - d.name_block_used < name.size()) {
+    d.name_blocks.emplace_back(new char[block]);
+    d.name_block_used = 0;
+  }
+  char* out = d.name_blocks.back().get() + d.name_block_used;
+  std::memcpy(out, name.data(), name.size());
+  d.name_block_used += name.size();
+  return {out, name.size()};
+}
+
+// Hands the directory's entries to `parse(r)` one at a time, reading the directory in pieces
+// through one staging buffer: `r` holds the whole entry at its position, or runs to the
+// directory's end (so a cut entry is reported as it is from the whole directory). Entries
+// point into the buffer only until `parse` returns. The buffer is 64 KiB (reused from the heap
+// by the next opening; fresh pages cost a fault each), grown for an entry longer than that.
+template <class Parse>
+void read_in_pieces(const piece_reader& read, const directory& d, const context& ctx,
+                    Parse&& parse) {
+  constexpr std::uint64_t staging = std::uint64_t{1} << 16;
+  const std::uint64_t end = d.cd_offset + d.cd_size;
+  std::size_t cap = static_cast<std::size_t>(std::min(d.cd_size, staging));
+  std::unique_ptr<std::byte[]> buf(new std::byte[cap]);
+  std::uint64_t buf_offset = d.cd_offset;  // where buf[0] lies in the file
+  std::size_t have = 0;                    // bytes in buf
+  std::size_t at = 0;                      // of them, those parsed
+  while (true) {
+    const std::size_t left = have - at;
+    const bool to_end = buf_offset + have == end;
+    if (left == 0 && to_end) return;
+    const std::uint64_t len = central_entry_length(buf.get() + at, left);
+    if (!to_end && (len == 0 || len > left)) {
+      if (len > cap) {  // a long name, extra field or comment: room for the longest entry
+        cap = static_cast<std::size_t>(std::min(d.cd_size, max_central_entry_len));
+        std::unique_ptr<std::byte[]> bigger(new std::byte[cap]);
+        std::memcpy(bigger.get(), buf.get() + at, left);
+        buf = std::move(bigger);
+      } else {
+        std::memmove(buf.get(), buf.get() + at, left);
+      }
+      buf_offset += at;
+      have = left;
+      at = 0;
+      const std::uint64_t n = std::min<std::uint64_t>(cap - have, end - buf_offset - have);
+      read(buf.get() + have, n, buf_offset + have);
+      have += static_cast<std::size_t>(n);
+      continue;
+    }
+    byte_reader r(buf.get() + at, left, buf_offset + at, ctx, errc::corrupt_zip);
+    parse(r);
+    at = have - static_cast<std::size_t>(r.remaining());
+  }
+}
+
+// The archive whose classic end record is `classic` (which lies within `w`).
+directory read_from(const window& w, const end_record& classic, const std::string& path) {
   const context ctx{path};
   directory d;
   end_record e = classic;
-  place_directory(data, classic, d, e, ctx);
-  byte_reader r(data + d.cd_offset, d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
+  place_directory(w, classic, d, e, ctx);
   d.members.reserve(
       static_cast<std::size_t>(std::min(e.entries, d.cd_size / central_header_size)));
   bool ascending = true;
   std::string converted;
-  while (!r.empty()) {
-    const central_entry c = parse_central_entry(r, d.members.size(), converted);
+  const auto add = [&](const central_entry& c) {
     const member_info m = member_of(c, d, converted, path);
     if (!d.members.empty() && m.local_header_offset < d.members.back().local_header_offset) {
       ascending = false;
     }
     d.members.push_back(m);
+  };
+  if (d.cd_offset >= w.offset || !w.read) {
+    byte_reader r(w.at(d.cd_offset), d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
+    while (!r.empty()) add(parse_central_entry(r, d.members.size(), converted));
+  } else {
+    read_in_pieces(*w.read, d, ctx, [&](byte_reader& r) {
+      central_entry c = parse_central_entry(r, d.members.size(), converted);
+      if (converted.empty()) c.name = keep_name(d, c.name);
+      add(c);
+    });
   }
   if (d.members.size() != e.entries && (d.members.size() & 0xFFFF) != (e.entries & 0xFFFF)) {
     ctx.fail(errc::corrupt_zip, classic.offset,
@@ -224,9 +308,11 @@ directory read_from(const std::byte* data, const end_record& classic, const std:
 // end record inside an appended member's data, say of a .zip stored as bytes, does not),
 // or, when it lists none, no member may precede it. Tries a bounded number of candidates,
 // so that a file full of end signatures costs no more than a few directory parses.
-std::optional<directory> interrupted_append(const std::byte* data, std::uint64_t size,
-                                            std::uint64_t before, const std::string& path) {
+std::optional<directory> interrupted_append(const window& w, std::uint64_t before,
+                                            const std::string& path) {
   constexpr int max_candidates = 64;
+  const std::byte* data = w.at(0);  // a search from the file's start
+  const std::uint64_t size = w.size;
   const context ctx{path};
   const std::uint64_t first_member = find_local_header(data, size, 0);
   int tried = 0;
@@ -245,7 +331,7 @@ std::optional<directory> interrupted_append(const std::byte* data, std::uint64_t
     }
     ++tried;
     try {
-      directory d = read_from(data, e, path);
+      directory d = read_from(w, e, path);
       const bool first =
           d.members.empty() ? first_member >= archive_end : d.leading_bytes == first_member;
       if (first) return d;
@@ -267,25 +353,28 @@ bool starts_appended_member(const std::byte* p, std::uint64_t avail) {
   return true;
 }
 
-directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path) {
+namespace {
+
+directory read_window(const window& w, const std::string& path) {
   const context ctx{path};
   std::string why;
-  const std::optional<end_record> classic = find_end_record(data, size, ctx, why);
+  const std::optional<end_record> classic = find_end_record(w, ctx, why);
   if (!classic) {
-    if (auto d = interrupted_append(data, size, size, path)) return std::move(*d);
+    if (auto d = interrupted_append(w, w.size, path)) return std::move(*d);
     // Members without a directory: what a writer that died before close() leaves.
-    if (find_local_header(data, size, 0) < size) {
+    if (find_local_header(w.at(0), w.size, 0) < w.size) {
       why += "; running `mmnpz recover` on it may restore its members";
     }
     ctx.fail(errc::corrupt_zip, error::no_offset, why);
   }
-  const bool exact = classic->offset + end_size + classic->comment_len == size;
+  const bool exact = classic->offset + end_size + classic->comment_len == w.size;
   try {
-    directory d = read_from(data, *classic, path);
+    directory d = read_from(w, *classic, path);
     // An archive after bytes that hold a member of their own may be one stored in a member
     // that an interrupted append wrote (a .zip written as bytes): the outer archive wins.
-    if (d.shift != 0 && !d.members.empty() && d.leading_bytes != find_local_header(data, size, 0)) {
-      if (auto outer = interrupted_append(data, size, classic->offset, path)) {
+    if (d.shift != 0 && !d.members.empty() &&
+        d.leading_bytes != find_local_header(w.at(0), w.size, 0)) {
+      if (auto outer = interrupted_append(w, classic->offset, path)) {
         return std::move(*outer);
       }
     }
@@ -293,8 +382,25 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
   } catch (const error& e) {
     // An end signature inside the bytes of an interrupted append, not the archive's.
     if (exact || e.code() != errc::corrupt_zip) throw;
-    if (auto d = interrupted_append(data, size, classic->offset, path)) return std::move(*d);
+    if (auto d = interrupted_append(w, classic->offset, path)) return std::move(*d);
     throw;
+  }
+}
+
+}  // namespace
+
+directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path) {
+  return read_window(window{data, 0, size}, path);
+}
+
+std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_t tail_offset,
+                                             std::uint64_t file_size, const std::string& path,
+                                             std::uint64_t& need, const piece_reader& read) {
+  try {
+    return read_window(window{tail, tail_offset, file_size, read ? &read : nullptr}, path);
+  } catch (const need_bytes& more) {
+    need = more.from;
+    return std::nullopt;
   }
 }
 

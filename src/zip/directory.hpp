@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +19,9 @@ namespace mmnpz::zip {
 struct directory {
   std::vector<member_info> members;    ///< in central-directory order, offsets absolute
   std::deque<std::string> name_store;  ///< names converted from cp437 (members point here)
+  /// Names copied out of a directory read in pieces (members point here).
+  std::vector<std::unique_ptr<char[]>> name_blocks;
+  std::size_t name_block_used = 0;
   std::uint64_t cd_offset = 0;         ///< absolute offset of the central directory
   std::uint64_t cd_size = 0;
   std::uint64_t end_offset = 0;     ///< absolute offset of the classic end record
@@ -36,6 +42,22 @@ struct directory {
 /// header is used (then archive_end < size). When nothing opens and the file holds a local
 /// header, the error says that `mmnpz recover` may restore the members.
 directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path);
+
+/// Reads `n` bytes of the file at `offset` into `dst`, all of them, or throws.
+using piece_reader = std::function<void(std::byte* dst, std::uint64_t n, std::uint64_t offset)>;
+
+/// read_directory() from the file's last bytes alone: `tail` holds [tail_offset, file_size).
+/// Returns the directory read_directory() would return for the whole file (or throws its
+/// error), or nothing when it needs bytes before `tail_offset`; `need` is then the lowest
+/// offset it asked for (0 when it searches the file from its start: an interrupted append, a
+/// file without an end record, bytes before the archive), and a call with [need, file_size)
+/// goes further. The directory points into `tail` (comment, and names when the directory lies
+/// in it). Given `read`, a central directory before the tail is not asked for but read in
+/// pieces of 64 KiB through one staging buffer (its names copied), so that the memory a
+/// large directory takes is its parsed entries' alone.
+std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_t tail_offset,
+                                             std::uint64_t file_size, const std::string& path,
+                                             std::uint64_t& need, const piece_reader& read = {});
 
 /// Whether the `avail` bytes at `p` begin a local header (or, fewer than four, the start of
 /// its signature): what follows an archive whose append was interrupted.

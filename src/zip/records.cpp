@@ -206,6 +206,27 @@ local_header parse_local_header(byte_reader& r) {
   return h;
 }
 
+std::uint64_t local_header_length(const std::byte* p, std::uint64_t avail) {
+  if (avail < local_header_size) return 0;
+  const auto le16_at = [p](std::uint64_t k) {
+    return static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k])) |
+           static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k + 1])) << 8;
+  };
+  // The name and extra lengths end the fixed part.
+  return local_header_size + le16_at(local_header_size - 4) + le16_at(local_header_size - 2);
+}
+
+std::uint64_t central_entry_length(const std::byte* p, std::uint64_t avail) {
+  if (avail < central_header_size) return 0;
+  const auto le16_at = [p](std::uint64_t k) {
+    return static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k])) |
+           static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k + 1])) << 8;
+  };
+  // The name, extra and comment lengths follow the sizes in the fixed part.
+  return central_header_size + le16_at(central_header_size - 18) +
+         le16_at(central_header_size - 16) + le16_at(central_header_size - 14);
+}
+
 std::uint64_t local_header_size_of(const local_header_spec& h) {
   return local_header_size + h.name.size() + (h.zip64 ? local_zip64_size : 0) + h.align_pad;
 }

@@ -139,6 +139,12 @@ struct local_header {
 /// cursor's truncation errors.
 local_header parse_local_header(byte_reader& r);
 
+/// The length of the local header whose first `avail` bytes are at `p` (fixed part, name and
+/// extra field, as its length fields say), or 0 when `avail` is too short to tell; the
+/// signature is not checked (parse_local_header() does). For a reader that reads the header
+/// from the file and must know how much to read.
+std::uint64_t local_header_length(const std::byte* p, std::uint64_t avail);
+
 /// What the writer puts in a local header.
 struct local_header_spec {
   std::string_view name;  ///< UTF-8
@@ -178,6 +184,14 @@ struct central_entry {
   /// owned: it points into the parsed bytes, or into the emitter's storage.
   std::string_view name;
 };
+
+/// The length of the central-directory entry whose first `avail` bytes are at `p` (fixed
+/// part, name, extra field and comment, as its length fields say), or 0 when `avail` is too
+/// short to tell; the signature is not checked. For a reader that parses the directory in
+/// pieces and must know whether an entry is whole in the piece at hand.
+std::uint64_t central_entry_length(const std::byte* p, std::uint64_t avail);
+/// The longest central-directory entry: the fixed part and three 16-bit lengths' worth.
+constexpr std::uint64_t max_central_entry_len = central_header_size + 3 * 0xFFFF;
 
 /// Where the CRC-32 field is within a central-directory entry.
 constexpr std::uint64_t central_crc_offset = 16;

@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <numeric>
 
+#include "data/dataset_state.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "test_support.hpp"
 
@@ -172,6 +174,42 @@ TEST_SUITE("dataset") {
         mmnpz::dataset(stem + "@2.npz"),
         ("cannot open '" + shard_path(stem, 1, 2) + "': No such file or directory").c_str(),
         mmnpz::error);
+  }
+
+  TEST_CASE("an archive cut after it was opened: opening the dataset names member and offset") {
+    const std::string path = test::scratch("cut_dataset.npz");
+    write_clips(path, 0, 600);  // more than one part of headers to read
+    std::uint64_t lho = 0;
+    {
+      mmnpz::reader r(path);
+      lho = r.member(*r.find("clip_400")).local_header_offset;
+    }
+    mmnpz::detail::after_archives_open = [&] {
+      REQUIRE(::truncate(path.c_str(), static_cast<off_t>(lho + 7)) == 0);
+    };
+    CHECK_THROWS_WITH_AS(mmnpz::dataset{path},
+                         (path + ": member 'clip_400.npy' at offset " + std::to_string(lho) +
+                          ": the archive was truncated after it was opened: the file now ends "
+                          "at byte " +
+                          std::to_string(lho + 7))
+                             .c_str(),
+                         mmnpz::error);
+    mmnpz::detail::after_archives_open = nullptr;
+  }
+
+  TEST_CASE("a dataset reads every item's headers at opening, in parts, as the reader would") {
+    const std::string path = test::scratch("many_items.npz");
+    write_clips(path, 0, 700);
+    mmnpz::dataset d(path);
+    mmnpz::reader r(path);
+    REQUIRE(d.size() == 700);
+    for (std::size_t i = 0; i < d.size(); i += 7) {
+      const mmnpz::array_view v = d.array(i);
+      const mmnpz::array_view w = r.array(d.name(i));
+      CHECK(v.shape() == w.shape());
+      CHECK(v.file_offset() == w.file_offset());
+      CHECK(std::memcmp(v.data(), w.data(), v.nbytes()) == 0);
+    }
   }
 
   TEST_CASE("opening many shards from many threads gives the same items") {

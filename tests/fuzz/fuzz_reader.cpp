@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,7 @@
 #include "fuzz_codec.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
+#include "zip/directory.hpp"
 
 namespace {
 
@@ -201,11 +203,56 @@ std::uint64_t exercise_member(const mmnpz::reader& r, std::size_t i,
   return sum;
 }
 
+// What a directory says (or the error that stopped it), for comparing two ways of reading it.
+std::string summary_of(const std::function<mmnpz::zip::directory()>& read) {
+  try {
+    const mmnpz::zip::directory d = read();
+    std::string out = std::to_string(d.cd_offset) + " " + std::to_string(d.archive_end) + " " +
+                      std::to_string(d.leading_bytes) + " " + std::string(d.comment) + "|";
+    for (const auto& m : d.members) {
+      out += std::string(m.name) + " " + std::to_string(m.local_header_offset) + " " +
+             std::to_string(m.compressed_size) + "|";
+    }
+    return out;
+  } catch (const mmnpz::error& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+// Opening by reads, as the reader opens a file: the last `first` bytes, more when the
+// directory asks for them (the whole file when it searches from the start), the central
+// directory before them in pieces. It must say what reading the whole file says.
+void check_opening_by_reads(const std::byte* data, std::size_t size, std::uint64_t first) {
+  const std::string path = "fuzz.npz";
+  const std::string whole =
+      summary_of([&] { return mmnpz::zip::read_directory(data, size, path); });
+  const mmnpz::zip::piece_reader read = [&](std::byte* dst, std::uint64_t n, std::uint64_t at) {
+    require(at <= size && n <= size - at, "a piece read past the end of the file");
+    std::memcpy(dst, data + at, static_cast<std::size_t>(n));
+  };
+  const std::string by_reads = summary_of([&] {
+    std::uint64_t offset = size - std::min<std::uint64_t>(size, first);
+    while (true) {
+      std::uint64_t need = 0;
+      if (auto d = mmnpz::zip::read_directory_tail(data + offset, offset, size, path, need, read)) {
+        return std::move(*d);
+      }
+      require(need < offset, "read_directory_tail asked for no new bytes");
+      offset = need;
+    }
+  });
+  require(whole == by_reads,
+          "opening by reads says '" + by_reads + "', the whole file '" + whole + "'");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   volatile std::uint64_t sink = 0;
   fuzz_codec(data, size);
+  for (std::uint64_t first : {std::uint64_t{1}, std::uint64_t{64}, std::uint64_t{16384}}) {
+    check_opening_by_reads(reinterpret_cast<const std::byte*>(data), size, first);
+  }
   try {
     // verify() of a reader that decoded nothing streams deflated members through read().
     const mmnpz::verify_result streamed_verify =

@@ -1,6 +1,10 @@
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -589,5 +593,171 @@ TEST_SUITE("reader: interrupted appends") {
     CHECK(r.verify().ok());
     CHECK(r.array("b").data_as<std::int32_t>()[1] == 5);
     CHECK(test::read_file(path) == bytes);  // nothing written
+  }
+}
+
+namespace {
+
+// Whether this process maps the file at `path` (a line of /proc/self/maps with its inode).
+bool is_mapped(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // address perms offset dev inode path
+    char perms[8], dev[16];
+    unsigned long long start = 0, end = 0, offset = 0, inode = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %15s %llu", &start, &end, perms, &offset, dev,
+                    &inode) == 6 &&
+        inode == st.st_ino && line.find(path.substr(path.rfind('/'))) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_SUITE("reader: reads") {
+  TEST_CASE("opening and reading metadata leave the file unmapped; a view's data maps it once") {
+    const std::string path = make_archive("unmapped.npz", 5);
+    mmnpz::reader r(path);
+    std::vector<mmnpz::array_view> views;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      CHECK(r.is_array(i));
+      views.push_back(r.array(i));
+      CHECK(views.back().shape() == std::vector<std::uint64_t>{3});
+      CHECK(views.back().type() == mmnpz::dtype::of<std::int32_t>());
+      CHECK(r.array_header(i).shape == std::vector<std::uint64_t>{3});
+    }
+    CHECK(r.names().size() == 5);
+    CHECK_FALSE(is_mapped(path));
+    const std::byte* p2 = views[2].data();
+    CHECK(is_mapped(path));
+    CHECK(views[2].data_as<std::int32_t>()[0] == 2);
+    // One mapping for the whole file, whose address does not change.
+    CHECK(views[4].data() == p2 + (views[4].file_offset() - views[2].file_offset()));
+    CHECK(r.file_bytes().data + views[2].file_offset() == p2);
+    CHECK(r.array(2).data() == p2);
+  }
+
+  TEST_CASE("a view outlives the reader before its data is first asked for") {
+    const std::string path = make_archive("unmapped_lifetime.npz", 2);
+    mmnpz::array_view v;
+    {
+      mmnpz::reader r(path);
+      v = r["a1"];
+      CHECK_FALSE(is_mapped(path));
+    }
+    CHECK(v.data_as<std::int32_t>()[2] == 3);
+  }
+
+  TEST_CASE("an archive cut after opening: the first access past the cut names member and offset") {
+    const std::string path = make_archive("cut_after_open.npz", 4);
+    mmnpz::reader r(path);
+    const std::int32_t first = r.array("a0").data_as<std::int32_t>()[1];  // decoded before the cut
+    const std::uint64_t cut = r.member(2).local_header_offset + 10;
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
+    CHECK(first == 1);
+    const std::string message = path + ": member 'a2.npy' at offset " +
+                                std::to_string(r.member(2).local_header_offset) +
+                                ": the archive was truncated after it was opened: the file now "
+                                "ends at byte " +
+                                std::to_string(cut);
+    CHECK_THROWS_WITH_AS(r.array("a2"), message.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.array_header(2), message.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.bytes("a2"), message.c_str(), mmnpz::error);
+    try {
+      r.array(3);
+      FAIL("no error");
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::corrupt_zip);
+      CHECK(e.member() == "a3.npy");
+      CHECK(e.offset() == r.member(3).local_header_offset);
+    }
+  }
+
+  TEST_CASE("decode() reads many members' headers at once, as their first access would") {
+    const std::string path = make_archive("decode_many.npz", 6);
+    mmnpz::reader r(path);
+    r.decode({5, 0, 3});
+    CHECK_FALSE(is_mapped(path));
+    const std::uint64_t lho1 = r.member(1).local_header_offset;
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(lho1)) == 0);
+    CHECK(r.array(5).shape() == std::vector<std::uint64_t>{3});  // decoded before the cut
+    CHECK(r.array(3).file_offset() > lho1);
+    CHECK_THROWS_AS(r.array(1), mmnpz::error);  // not decoded: read now, past the cut
+    CHECK_THROWS_WITH_AS(r.decode({0, 6}),
+                         (path + ": no member at index 6 (the archive has 6)").c_str(),
+                         mmnpz::error);
+  }
+
+  TEST_CASE("a descriptor's reader reads through its own duplicate, the caller's stays open") {
+    const std::string path = make_archive("descriptor.npz", 3);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    mmnpz::reader r = mmnpz::reader::from_descriptor(fd, "<fd>");
+    REQUIRE(::close(fd) == 0);  // the caller's descriptor: the reader keeps its own
+    CHECK(r.array("a2").data_as<std::int32_t>()[0] == 2);
+    CHECK(r.path() == "<fd>");
+  }
+}
+
+TEST_SUITE("reader: reads") {
+  TEST_CASE("a directory larger than the read pieces opens as it does from memory, errors too") {
+    const std::string path = test::scratch("large_directory.npz");
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::create, 64});
+      for (int k = 0; k < 6000; ++k) {
+        const std::int16_t v = static_cast<std::int16_t>(k);
+        // Names of many lengths, so that entries straddle the pieces' boundaries.
+        w.write("member_" + std::string(static_cast<std::size_t>(k % 37), 'x') + std::to_string(k),
+                &v, {1});
+        // An entry longer than a piece.
+        if (k == 3000) w.write(std::string(65500, 'y'), &v, {1});
+      }
+    }
+    std::string bytes = test::read_file(path);
+    const auto compare = [&](const std::string& file) {
+      mmnpz::reader streamed(file);
+      mmnpz::reader whole = mmnpz::reader::from_bytes(bytes.data(), bytes.size(), file);
+      REQUIRE(streamed.size() == whole.size());
+      for (std::size_t i = 0; i < whole.size(); ++i) {
+        CHECK(streamed.member(i).name == whole.member(i).name);
+        CHECK(streamed.member(i).local_header_offset == whole.member(i).local_header_offset);
+        CHECK(streamed.member(i).crc32 == whole.member(i).crc32);
+      }
+      CHECK(streamed.array(6000).data_as<std::int16_t>()[0] == 5999);
+      CHECK(streamed.find(std::string(65500, 'y')) == 3001u);
+      CHECK(streamed.find("member_" + std::string(5999 % 37, 'x') + "5999") == 6000u);
+    };
+    compare(path);
+    // The last entry's name length made to run past the directory, and an entry in the middle
+    // with a bad signature: the same error as from the whole file in memory.
+    const std::size_t last = bytes.rfind("PK\x01\x02");
+    const std::size_t middle =
+        bytes.rfind("PK\x01\x02", last - (last - bytes.find("PK\x01\x02")) / 2);
+    struct damage {
+      std::size_t at;
+      std::string patch, says;
+    };
+    for (const damage& dmg : {damage{last + 28, "\xff\xff", "truncated member name"},
+                              damage{middle, "XK", "bad central directory entry signature"}}) {
+      const auto& [at, patch, says] = dmg;
+      std::string bad = bytes;
+      bad.replace(at, patch.size(), patch);
+      const std::string bad_path = test::scratch("large_directory_bad.npz");
+      std::ofstream(bad_path, std::ios::binary) << bad;
+      std::string expected;
+      try {
+        mmnpz::reader::from_bytes(bad.data(), bad.size(), bad_path);
+      } catch (const mmnpz::error& e) {
+        expected = e.what();
+      }
+      REQUIRE_FALSE(expected.empty());
+      CHECK(expected.find(says) != std::string::npos);
+      CHECK_THROWS_WITH_AS(mmnpz::reader{bad_path}, expected.c_str(), mmnpz::error);
+    }
   }
 }

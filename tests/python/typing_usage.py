@@ -18,7 +18,7 @@ import mmnpz.torch
 def quickstart() -> None:
     with mmnpz.NpzWriter("dataset.npz") as w:  # mode "x": refuses to overwrite
         w.write("clip_0", np.ones((300, 80), np.float32))
-    npz = mmnpz.load("dataset.npz")  # maps the file, parses the directory
+    npz = mmnpz.load("dataset.npz")  # reads the directory only
     clip = npz["clip_0"]  # read-only numpy.memmap view, no copy
     info: mmnpz.MemberInfo = npz.info("clip_0")
     alignment: Optional[int] = info.alignment
