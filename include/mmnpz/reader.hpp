@@ -172,6 +172,10 @@ class reader {
 
   /// Size of the file (or of the bytes given to from_bytes()).
   std::uint64_t file_size() const;
+  /// The descriptor the reader reads its file with (open for reading, close-on-exec), or -1
+  /// for an archive held in memory (from_bytes(), recover). Owned by the reader and shared
+  /// by its copies: valid while one of them lives; never close it.
+  int descriptor() const noexcept;
   /// Bytes before the archive proper (a self-extracting stub, a concatenated prefix).
   std::uint64_t leading_bytes() const;
   /// The archive comment after the end record.

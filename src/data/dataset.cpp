@@ -237,14 +237,12 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
   std::vector<std::optional<reader>> readers(n);
   std::vector<std::vector<std::size_t>> members(n);
   std::vector<shard_items> per_shard(n);
-  s->files.resize(n);
   s->io = options.io;
   detail::thread_pool& pool = detail::thread_pool::shared();
   const std::size_t threads = thread_count(options.threads);
   pool.run(n, threads, [&](std::size_t i) {
     readers[i].emplace(s->paths[i]);
     members[i] = item_members(*readers[i], options.select);
-    s->files[i] = detail::archive_file(s->paths[i]);
   });
   if (detail::after_archives_open) detail::after_archives_open();
   // Every item's local and .npy headers, read on the pool in file order (errors are kept for
@@ -256,7 +254,13 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
     per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), members[i]);
   });
   s->readers.reserve(n);
-  for (auto& r : readers) s->readers.push_back(std::move(*r));
+  s->fds.reserve(n);
+  for (auto& r : readers) {
+    s->readers.push_back(std::move(*r));
+    s->fds.push_back(s->readers.back().descriptor());
+    // After the headers were read (in file order, where read-ahead helps a cold open).
+    detail::advise_random(s->fds.back());
+  }
 
   // Number the items, and the archives' layouts in one table.
   std::vector<std::vector<std::uint32_t>> global_layout(n);  // per archive: local -> global

@@ -36,7 +36,8 @@ struct dataset_item {
 struct dataset::state {
   std::vector<std::string> paths;
   std::vector<reader> readers;
-  std::vector<detail::archive_file> files;  ///< one descriptor per archive, for io_mode::read
+  /// Each archive's descriptor for reads (its reader's: readers keeps it open).
+  std::vector<int> fds;
   /// Every item's member name, copied at opening: errors about a read name the member even
   /// when the archive (and its directory) was truncated since. Item i's is
   /// member_names[name_ends[i - 1], name_ends[i]).

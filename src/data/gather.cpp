@@ -426,7 +426,7 @@ void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t
     tasks.push_back({&f, &it, i, start, fs.length, row_bytes,
                      f.out + static_cast<std::uint64_t>(k) * fs.length * row_bytes,
                      f.valid ? f.valid + k : nullptr, data, data + offset,
-                     read ? st.files[it.shard].fd() : -1,
+                     read ? st.fds[it.shard] : -1,
                      read && granules ? &(*granules)[it.shard] : nullptr});
   }
 }

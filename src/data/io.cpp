@@ -39,24 +39,7 @@ unsigned forks_so_far() {
 
 void set_pread_for_testing(pread_function fn) { pread_call = fn ? fn : &system_pread; }
 
-archive_file::archive_file(const std::string& path)
-    : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-  if (fd_ < 0) throw errors::os(path, "open", errno);
-  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
-}
-
-archive_file& archive_file::operator=(archive_file&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
-archive_file::~archive_file() {
-  if (fd_ >= 0) ::close(fd_);
-}
+void advise_random(int fd) { ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); }
 
 std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_t n, bool nowait,
                       std::string_view path, std::uint64_t done) {

@@ -25,25 +25,11 @@ using pread_function = ssize_t (*)(int fd, void* buf, std::size_t n, off_t offse
 /// thread-safe against reads in flight: set it before a gather.
 void set_pread_for_testing(pread_function fn);
 
-/// One archive opened for reading (O_RDONLY | O_CLOEXEC), the descriptor that gather reads
-/// with. It survives fork (pread has no shared file position); closed when destroyed.
-class archive_file {
- public:
-  archive_file() = default;
-  /// Opens `path` and advises POSIX_FADV_RANDOM on it (no read-around beyond each piece);
-  /// throws errc::io naming the path when it cannot be opened.
-  explicit archive_file(const std::string& path);
-  archive_file(archive_file&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  archive_file& operator=(archive_file&& other) noexcept;
-  archive_file(const archive_file&) = delete;
-  archive_file& operator=(const archive_file&) = delete;
-  ~archive_file();
-
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
+/// Advises POSIX_FADV_RANDOM on the descriptor gather reads an archive with (no read-around
+/// beyond each piece). The descriptor is the archive reader's own (one per archive, kept open
+/// by the reader, surviving fork: pread has no shared file position). Failure is ignored: it
+/// is only advice.
+void advise_random(int fd);
 
 /// Reads bytes [offset, offset + n) of `fd` into `dst`, of which the first `done` are there
 /// already (an earlier call's result), and returns the bytes in place. With `nowait`, only

@@ -45,6 +45,8 @@ class file_source {
   file_source& operator=(const file_source&) = delete;
   ~file_source();
 
+  /// The descriptor the file is read with; -1 for bytes in memory.
+  int descriptor() const { return fd_; }
   /// The file's size when it was opened.
   std::uint64_t size() const { return size_; }
   /// Reads up to `n` bytes at `offset` into `dst` and returns how many were read: fewer only

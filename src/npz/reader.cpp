@@ -769,6 +769,8 @@ bytes_view reader::file_bytes() const {
 void reader::decode(std::vector<std::size_t> indices) const { a_->decode_many(std::move(indices)); }
 
 std::uint64_t reader::file_size() const { return a_->file().size(); }
+
+int reader::descriptor() const noexcept { return a_->file().descriptor(); }
 std::uint64_t reader::leading_bytes() const { return a_->dir().leading_bytes; }
 std::string_view reader::comment() const { return a_->dir().comment; }
 bool reader::is_zip64() const { return a_->dir().zip64; }

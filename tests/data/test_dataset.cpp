@@ -1,4 +1,7 @@
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,9 +33,59 @@ std::string shard_path(const std::string& stem, std::size_t i, std::size_t n) {
   return stem + buf;
 }
 
+// How many of this process's descriptors are open on one of `paths` (by /proc/self/fd).
+std::size_t descriptors_on(const std::vector<std::string>& paths) {
+  std::vector<std::string> real;
+  for (const std::string& p : paths) {
+    char buf[PATH_MAX];
+    REQUIRE(::realpath(p.c_str(), buf) != nullptr);
+    real.emplace_back(buf);
+  }
+  std::size_t n = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  REQUIRE(dir != nullptr);
+  while (const dirent* e = ::readdir(dir)) {
+    char target[PATH_MAX];
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t len = ::readlink(link.c_str(), target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    for (const std::string& r : real) n += r == target;
+  }
+  ::closedir(dir);
+  return n;
+}
+
 }  // namespace
 
 TEST_SUITE("dataset") {
+  TEST_CASE("a dataset holds one descriptor per archive, its reader's, and gathers through it") {
+    const std::string stem = test::scratch("descriptors");
+    std::vector<std::string> paths;
+    for (std::size_t i = 0; i < 3; ++i) {
+      paths.push_back(shard_path(stem, i, 3));
+      write_clips(paths.back(), 4 * i, 4);
+    }
+    CHECK(descriptors_on(paths) == 0);
+    {
+      const mmnpz::dataset ds(stem + "@3.npz");
+      CHECK(descriptors_on(paths) == 3);  // 500 shards must not need 1,000 descriptors
+      mmnpz::excerpt_options o;
+      o.length = 2;
+      o.io = mmnpz::io_mode::read;
+      const std::int64_t indices[] = {1, 6, 11};
+      const std::int64_t starts[] = {0, 1, 2};
+      std::vector<float> out(3 * 2 * 3);
+      mmnpz::gather(ds, indices, starts, 3, reinterpret_cast<std::byte*>(out.data()),
+                    out.size() * sizeof(float), o);
+      CHECK(out[0] == 1000.0f * 1);
+      CHECK(out[6] == 1000.0f * 6 + 1);
+      CHECK(out[12] == 1000.0f * 11 + 2);
+      CHECK(descriptors_on(paths) == 3);
+    }
+    CHECK(descriptors_on(paths) == 0);
+  }
+
   TEST_CASE("a shard spec names NAME-0000i-of-0000N files and patterns expand sorted") {
     CHECK(mmnpz::expand_paths({"d/train@3.npz"}) ==
           std::vector<std::string>{"d/train-00000-of-00003.npz", "d/train-00001-of-00003.npz",
