@@ -267,8 +267,7 @@ class NpzReader(collections.abc.Mapping):
                 self._crc_state = {"mapping": self._writable, "members": set(),
                                    "name": self._path}
                 self._finalizer = weakref.finalize(self, _update_crcs, self._crc_state)
-        #: Member names with ``.npy`` removed, in archive order (numpy's ``files``).
-        self.files = self._reader.names()
+        self._files = None  # numpy's `files`, made when first asked for
         #: Items loaded so far (all of them with ``preload``), by name.
         self.arrays = {}
         self.allow_pickle = bool(allow_pickle)
@@ -282,6 +281,14 @@ class NpzReader(collections.abc.Mapping):
                 if not self.allow_pickle and self._reader.array(index)[0] == "object":
                     continue  # raises on access, as without preload
                 self._by_index[index] = self.arrays[name] = self._item(index)
+
+    @property
+    def files(self):
+        """Member names with ``.npy`` removed, in archive order (numpy's ``files``): a list
+        made when first asked for (a str per member costs more than opening the archive)."""
+        if self._files is None:
+            self._files = self._open_reader().names()
+        return self._files
 
     @property
     def mmap(self):
@@ -397,7 +404,7 @@ class NpzReader(collections.abc.Mapping):
         # Threads racing on a first access all get the item stored first (setdefault is
         # atomic under the GIL; the core releases it while inflating).
         item = self._by_index.setdefault(index, item)
-        self.arrays[self.files[index]] = item
+        self.arrays[self._reader.stem(index) if self._files is None else self._files[index]] = item
         self._by_key[key] = item
         return item
     def __contains__(self, key):
@@ -408,7 +415,7 @@ class NpzReader(collections.abc.Mapping):
         return iter(self.files)
 
     def __len__(self):
-        return len(self.files)
+        return len(self.files) if self._reader is None else len(self._reader)
 
     def info(self, name):
         """A :class:`MemberInfo` for member ``name`` (decodes its headers, reads no data)."""
@@ -451,6 +458,8 @@ class NpzReader(collections.abc.Mapping):
         their CRC-32s are not updated)."""
         if self._finalizer is not None:
             self._finalizer()  # flushes, once
+        if self._reader is not None and self._files is None:
+            self._files = self._reader.names()  # numpy's `files` stays after close()
         self._source = None
         self._writable = None
         self._reader = None
@@ -472,7 +481,7 @@ class NpzReader(collections.abc.Mapping):
         return _reopen, (type(self), self._path) + self._options
 
     def __repr__(self):
-        state = "closed" if self._reader is None else f"{len(self.files)} members"
+        state = "closed" if self._reader is None else f"{len(self)} members"
         return f"<mmnpz.NpzReader {self._path!r}, {state}>"
 
 

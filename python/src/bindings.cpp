@@ -22,13 +22,11 @@ void bind_data(py::module_& m);  // data_bindings.cpp
 
 namespace {
 
-// numpy's `files`: the member names without ".npy".
-py::list names_list(const mmnpz::reader& r) {
-  return mmnpz_python::str_list(r.size(), [&r](std::size_t i) {
-    std::string_view name = r.member(i).name;
-    if (name.size() >= 4 && name.substr(name.size() - 4) == ".npy") name.remove_suffix(4);
-    return name;
-  });
+// Member i's name without ".npy", as numpy's `files` lists it.
+std::string_view stem(const mmnpz::reader& r, std::size_t i) {
+  std::string_view name = r.member(i).name;
+  if (name.size() >= 4 && name.substr(name.size() - 4) == ".npy") name.remove_suffix(4);
+  return name;
 }
 
 // Read-only bytes that Python sees through the buffer protocol, kept alive by a shared_ptr
@@ -350,8 +348,18 @@ appears in errors.)")
       .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
       .def(
-          "names", [](const py_reader& p) { return names_list(p.r); },
+          "names",
+          [](const py_reader& p) {
+            return mmnpz_python::str_list(p.r.size(), [&p](std::size_t i) { return stem(p.r, i); });
+          },
           R"(Names without '.npy', like numpy's files.)")
+      .def(
+          "stem",
+          [](const py_reader& p, std::size_t i) {
+            const std::string_view name = stem(p.r, i);
+            return py::str(name.data(), name.size());
+          },
+          py::arg("index"), R"(Member index's name without '.npy' (an entry of names()).)")
       .def(
           "find", [](const py_reader& p, std::string_view key) { return p.r.find(key); },
           py::arg("key"), R"(The index a key resolves to (full name, or name + '.npy'), or None.)")

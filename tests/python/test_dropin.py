@@ -411,3 +411,20 @@ def test_an_archive_after_other_data_in_a_file_object_reads_as_numpy_reads_it(tm
         reader = mmnpz.load(f)
         for name in arrays:
             assert_same_array(reader[name], want[name])
+
+
+def test_files_is_numpys_list_whenever_it_is_first_asked_for(npz):
+    """`files` is made on first use (opening does not build a str per member), and is
+    numpy's list however the reader was used before: not at all, items first, or closed."""
+    with np.load(npz) as f:
+        want = f.files
+    fresh = mmnpz.load(npz)
+    assert len(fresh) == len(want) and list(fresh) == want
+    assert fresh.files == want and fresh.files is fresh.files
+    items_first = mmnpz.load(npz)
+    items_first["b"], items_first["a.npy"]
+    assert sorted(items_first.arrays) == ["a", "b"]  # keyed as numpy's files are
+    assert items_first.files == want
+    closed = mmnpz.load(npz)
+    closed.close()
+    assert closed.files == want and repr(closed).endswith("closed>")
