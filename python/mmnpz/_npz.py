@@ -268,8 +268,6 @@ class NpzReader(collections.abc.Mapping):
                                    "name": self._path}
                 self._finalizer = weakref.finalize(self, _update_crcs, self._crc_state)
         self._files = None  # numpy's `files`, made when first asked for
-        #: Items loaded so far (all of them with ``preload``), by name.
-        self.arrays = {}
         self.allow_pickle = bool(allow_pickle)
         self._cache = bool(cache) and mmap_mode is not None
         self._by_key = {}
@@ -280,7 +278,15 @@ class NpzReader(collections.abc.Mapping):
             for index, name in enumerate(self.files):
                 if not self.allow_pickle and self._reader.array(index)[0] == "object":
                     continue  # raises on access, as without preload
-                self._by_index[index] = self.arrays[name] = self._item(index)
+                self._by_index[index] = self._item(index)
+
+    @property
+    def arrays(self):
+        """Items loaded so far (all of them with ``preload``), by name (a new dict)."""
+        if not self._by_index:
+            return {}
+        files = self.files
+        return {files[index]: item for index, item in self._by_index.items()}
 
     @property
     def files(self):
@@ -395,17 +401,15 @@ class NpzReader(collections.abc.Mapping):
     def __getitem__(self, key):
         # Cached by the key as given (the fast path) and by member index, so that "x" and
         # "x.npy" share one item while a member named "x" without .npy stays distinct.
-        if not self._cache:
-            return self._lookup(key)[1]
         item = self._by_key.get(key)
         if item is not None:
             return item
+        if not self._cache:
+            return self._lookup(key)[1]
         index, item = self._lookup(key)
         # Threads racing on a first access all get the item stored first (setdefault is
         # atomic under the GIL; the core releases it while inflating).
-        item = self._by_index.setdefault(index, item)
-        self.arrays[self._reader.stem(index) if self._files is None else self._files[index]] = item
-        self._by_key[key] = item
+        item = self._by_key[key] = self._by_index.setdefault(index, item)
         return item
     def __contains__(self, key):
         reader = self._open_reader()
@@ -463,7 +467,6 @@ class NpzReader(collections.abc.Mapping):
         self._source = None
         self._writable = None
         self._reader = None
-        self.arrays = {}
         self._by_key = {}
         self._by_index = {}
 

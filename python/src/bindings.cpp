@@ -354,13 +354,6 @@ appears in errors.)")
           },
           R"(Names without '.npy', like numpy's files.)")
       .def(
-          "stem",
-          [](const py_reader& p, std::size_t i) {
-            const std::string_view name = stem(p.r, i);
-            return py::str(name.data(), name.size());
-          },
-          py::arg("index"), R"(Member index's name without '.npy' (an entry of names()).)")
-      .def(
           "find", [](const py_reader& p, std::string_view key) { return p.r.find(key); },
           py::arg("key"), R"(The index a key resolves to (full name, or name + '.npy'), or None.)")
       .def(
