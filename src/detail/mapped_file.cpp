@@ -31,21 +31,11 @@ struct fd_guard {
 }  // namespace
 
 mapped_bytes map_file(const std::string& path) {
-  check_path(path);
-  fd_guard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) os_error("open", path, errno);
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) os_error("stat", path, errno);
-  if (S_ISDIR(st.st_mode)) os_error("open", path, EISDIR);
+  const std::shared_ptr<const file_source> source = file_source::open(path);
   mapped_bytes m;
-  m.size = static_cast<std::uint64_t>(st.st_size);
-  if (m.size == 0) return m;
-  void* p = ::mmap(nullptr, m.size, PROT_READ, MAP_SHARED, f.fd, 0);
-  if (p == MAP_FAILED) os_error("map", path, errno);
-  const std::uint64_t size = m.size;
-  m.data = static_cast<const std::byte*>(p);
-  m.keepalive = std::shared_ptr<const void>(
-      p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+  m.size = source->size();
+  m.data = source->data();  // null for an empty file
+  m.keepalive = source;     // unmaps and closes with the last owner
   return m;
 }
 
