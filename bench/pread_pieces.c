@@ -9,7 +9,7 @@
  *       memcpy each piece from a read-only shared mapping of the files, populated in
  *       advance (MAP_POPULATE): the page cache itself as the source, no page fault
  *
- * PIECES is the binary file bench_first_touch.py writes (little-endian): the magic
+ * PIECES is the binary file bench_first_touch.py writes (read by pieces.h; little-endian): the magic
  * "MMNPZPC1", u64 file count, u64 piece count, u64 pieces per batch, then per piece u64 file
  * index, u64 offset, u64 length. Piece k of a batch lands at k * (largest length) in the
  * batch buffer, as an excerpt lands in a gathered batch; the threads claim the pieces of one
@@ -38,9 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct piece {
-  uint64_t file, offset, length;
-};
+#include "pieces.h"
 
 static struct piece *pieces;
 static uint64_t piece_count, batch_size, file_count, slot;
@@ -132,35 +130,6 @@ static void run_batch(struct job *j, uint64_t first, uint64_t count) {
   pthread_mutex_unlock(&mutex);
 }
 
-static uint64_t le64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
-}
-
-static void load_pieces(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) die(path, strerror(errno));
-  unsigned char head[32];
-  if (fread(head, 1, 32, f) != 32 || memcmp(head, "MMNPZPC1", 8) != 0)
-    die(path, "not a pieces file");
-  file_count = le64(head + 8);
-  piece_count = le64(head + 16);
-  batch_size = le64(head + 24);
-  if (batch_size == 0) die(path, "zero pieces per batch");
-  pieces = malloc(piece_count * sizeof *pieces + 1);
-  unsigned char record[24];
-  for (uint64_t k = 0; k < piece_count; ++k) {
-    if (fread(record, 1, 24, f) != 24) die(path, "truncated");
-    pieces[k].file = le64(record);
-    pieces[k].offset = le64(record + 8);
-    pieces[k].length = le64(record + 16);
-    if (pieces[k].file >= file_count) die(path, "a piece names a file that is not given");
-    if (pieces[k].length > slot) slot = pieces[k].length;
-  }
-  fclose(f);
-}
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -174,7 +143,9 @@ int main(int argc, char **argv) {
   const int use_memcpy = strcmp(argv[1], "memcpy") == 0,
             use_mapped = strcmp(argv[1], "mapped") == 0;
   if (!use_memcpy && !use_mapped && strcmp(argv[1], "pread") != 0) die("unknown mode", argv[1]);
-  load_pieces(argv[2]);
+  const struct pieces_file pf = read_pieces("pread_pieces", argv[2]);
+  pieces = pf.pieces, piece_count = pf.piece_count, batch_size = pf.batch_size;
+  file_count = pf.file_count, slot = pf.slot;
   threads = (unsigned)atoi(argv[3]);
   if (threads == 0) die("threads must be positive", NULL);
   int arg = 4, evict = 0, passes = 1;

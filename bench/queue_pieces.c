@@ -34,9 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct piece {
-  uint64_t offset, length;
-};
+#include "pieces.h"
 
 static struct piece *pieces;
 static uint64_t piece_count, batch_size, slot;
@@ -46,33 +44,6 @@ static int fd;
 static void die(const char *what, const char *detail) {
   fprintf(stderr, "queue_pieces: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
   exit(1);
-}
-
-static uint64_t le64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
-}
-
-static void load_pieces(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) die(path, strerror(errno));
-  unsigned char head[32], record[24];
-  if (fread(head, 1, 32, f) != 32 || memcmp(head, "MMNPZPC1", 8) != 0)
-    die(path, "not a pieces file");
-  if (le64(head + 8) != 1) die(path, "pieces of more than one file");
-  piece_count = le64(head + 16);
-  batch_size = le64(head + 24);
-  if (batch_size == 0 || piece_count < batch_size) die(path, "no whole batch");
-  pieces = malloc(piece_count * sizeof *pieces);
-  if (!pieces) die("out of memory", NULL);
-  for (uint64_t k = 0; k < piece_count; ++k) {
-    if (fread(record, 1, 24, f) != 24) die(path, "truncated");
-    pieces[k].offset = le64(record + 8);
-    pieces[k].length = le64(record + 16);
-    if (pieces[k].length > slot) slot = pieces[k].length;
-  }
-  fclose(f);
 }
 
 static double now(void) {
@@ -175,7 +146,10 @@ int main(int argc, char **argv) {
   const char *mode = argv[1];
   const unsigned n = (unsigned)atoi(argv[3]);
   if (n == 0) die("threads and depth must be positive", NULL);
-  load_pieces(argv[2]);
+  const struct pieces_file pf = read_pieces("queue_pieces", argv[2]);
+  if (pf.file_count != 1) die(argv[2], "pieces of more than one file");
+  pieces = pf.pieces, piece_count = pf.piece_count, batch_size = pf.batch_size, slot = pf.slot;
+  if (piece_count < batch_size) die(argv[2], "no whole batch");
   batches = piece_count / batch_size;
   batch = aligned_alloc(4096, (batch_size * slot + 4095) / 4096 * 4096);
   if (!batch) die("out of memory", NULL);
