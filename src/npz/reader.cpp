@@ -140,6 +140,20 @@ constexpr std::size_t first_tail_read = 16384;
 }  // namespace
 
 // Where a member's bytes lie, as its local header says, and their first bytes, read with it.
+// File bytes [offset, offset + bytes.size()) read once for the first accesses of several
+// members whose headers lie close together (reader::decode in file order).
+struct header_window {
+  std::uint64_t offset = 0;
+  std::vector<std::byte> bytes;
+  bool covers(std::uint64_t at, std::uint64_t n) const {
+    return at >= offset && at - offset + n <= bytes.size();
+  }
+};
+
+// How far apart members' headers may lie for decode() to read them with one read: small
+// members share reads, large ones (whose headers are further apart) are read one by one.
+constexpr std::uint64_t header_window_max = 64 * 1024;
+
 struct located {
   std::uint64_t offset = 0;    // absolute offset of the member's bytes in the file
   std::vector<std::byte> buf;  // what was read at the local header
@@ -193,13 +207,45 @@ class archive {
 
   /// Decodes the members at `indices` that are stored and not decoded yet, in the order of
   /// their local headers.
+  // Decodes stored members in file order; the first bytes of members within
+  // header_window_max of each other are read with one read (a page fault of the mapping
+  // used to bring 64 KiB of small members' headers at once; a read per member cost more).
   void decode_many(std::vector<std::size_t> indices) const {
     for (std::size_t i : indices) member(i);
-    std::sort(indices.begin(), indices.end(), [&](std::size_t a, std::size_t b) {
-      return dir_.members[a].local_header_offset < dir_.members[b].local_header_offset;
-    });
+    const auto first_bytes = [this](const member_info& m) {
+      return std::min<std::uint64_t>(dir_.cd_offset - m.local_header_offset, first_read);
+    };
+    std::vector<const member_info*> todo;
     for (std::size_t i : indices) {
-      if (dir_.members[i].method == zip::method_stored) get(i);
+      const member_info& m = dir_.members[i];
+      if (m.method == zip::method_stored && m.local_header_offset < dir_.cd_offset &&
+          !slots_[i].load(std::memory_order_acquire)) {
+        todo.push_back(&m);
+      }
+    }
+    std::sort(todo.begin(), todo.end(), [](const member_info* a, const member_info* b) {
+      return a->local_header_offset < b->local_header_offset;
+    });
+    header_window w;
+    for (std::size_t k = 0; k < todo.size(); ++k) {
+      const member_info& m = *todo[k];
+      if (!w.covers(m.local_header_offset, first_bytes(m))) {
+        const std::uint64_t begin = m.local_header_offset;
+        std::uint64_t end = begin + first_bytes(m);
+        std::size_t j = k + 1;
+        for (; j < todo.size(); ++j) {
+          const std::uint64_t e = todo[j]->local_header_offset + first_bytes(*todo[j]);
+          if (e - begin > header_window_max) break;
+          end = std::max(end, e);
+        }
+        w.offset = begin;
+        w.bytes.resize(j > k + 1 ? static_cast<std::size_t>(end - begin) : 0);
+        // A short read (the file cut since it was opened) leaves the members past the cut to
+        // their own reads, which say what is missing.
+        w.bytes.resize(w.bytes.empty() ? 0
+                                       : source_->read_at(w.bytes.data(), w.bytes.size(), begin));
+      }
+      get(static_cast<std::size_t>(&m - dir_.members.data()), &w);
     }
   }
 
@@ -217,13 +263,14 @@ class archive {
   }
 
   /// The member's decoded state, decoding it on first access (once, under a lock).
-  const decoded& get(std::size_t index) const {
+  /// `window` may hold the member's first bytes, read already.
+  const decoded& get(std::size_t index, const header_window* window = nullptr) const {
     const member_info& m = member(index);
     if (const decoded* d = slots_[index].load(std::memory_order_acquire)) return *d;
     std::lock_guard<std::mutex> lock(locks_[index % locks_.size()]);
     if (const decoded* d = slots_[index].load(std::memory_order_acquire)) return *d;
     auto d = std::make_unique<decoded>();
-    decode(m, *d);
+    decode(m, *d, window);
     slots_[index].store(d.get(), std::memory_order_release);
     return *d.release();
   }
@@ -333,10 +380,10 @@ class archive {
  private:
   // The first access: a stored member's local header and .npy header are read from the file
   // (one read, two for a long header); a deflated member is inflated whole from the mapping.
-  void decode(const member_info& m, decoded& d) const {
+  void decode(const member_info& m, decoded& d, const header_window* window) const {
     located at;
     try {
-      at = read_contents(m, d);
+      at = read_contents(m, d, window);
     } catch (const error&) {
       d.contents_error = std::current_exception();
       return;
@@ -352,9 +399,9 @@ class archive {
     }
   }
 
-  located read_contents(const member_info& m, decoded& d) const {
+  located read_contents(const member_info& m, decoded& d, const header_window* window) const {
     const context ctx{path_, m.name};
-    located at = locate(m, ctx);
+    located at = locate(m, ctx, window);
     d.contents_offset = at.offset;
     if (m.method == zip::method_stored) {
       d.contents_size = m.compressed_size;
@@ -427,7 +474,8 @@ class archive {
   }
 
   // Checks the member's method, flags and local header; finds its bytes.
-  located locate(const member_info& m, const context& ctx) const {
+  located locate(const member_info& m, const context& ctx,
+                 const header_window* window = nullptr) const {
     if (m.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) {
       ctx.fail(errc::unsupported, m.local_header_offset, "encrypted members are not supported");
     }
@@ -444,7 +492,13 @@ class archive {
     // only when it misses bytes that are needed.
     located at;
     const std::uint64_t fixed = std::min<std::uint64_t>(room, zip::local_header_size);
-    read_some(m, at.buf, std::min<std::uint64_t>(room, first_read), fixed, m.local_header_offset);
+    const std::uint64_t first = std::min<std::uint64_t>(room, first_read);
+    if (window && window->covers(m.local_header_offset, first)) {
+      const std::byte* p = window->bytes.data() + (m.local_header_offset - window->offset);
+      at.buf.assign(p, p + first);
+    } else {
+      read_some(m, at.buf, first, fixed, m.local_header_offset);
+    }
     const std::uint64_t header_len = zip::local_header_length(at.buf.data(), at.buf.size());
     if (header_len > at.buf.size()) {
       const std::uint64_t whole = std::min<std::uint64_t>(room, header_len);
