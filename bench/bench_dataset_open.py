@@ -2,7 +2,7 @@
 
 Generates (once, reused while its parameters match) `--shards` archives of `--per-shard`
 small int16 members of 1..64 rows x 2, then times mmnpz.Dataset over all of them (every
-archive mapped, every member's .npy header decoded, lengths gathered) with the page cache
+archive's directory and every member's .npy header read, lengths gathered) with the page cache
 warm, against numpy reading the same lengths (np.load on each archive and each member's
 shape, which reads the member) timed on the first `--numpy-shards` archives and scaled.
 
