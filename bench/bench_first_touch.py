@@ -326,20 +326,31 @@ def child_loader(p):
     t0 = time.perf_counter()
     ds = open_spec(p)
     loader = mmnpz.Loader(ds, make_sampler(ds, p), BATCH)
+
+    def take(batch):
+        batch.data.sum()
+        return batch.indices, batch.starts
+
+    seconds, first, count, samples = consume(loader, t0, p["batches"], take)
+    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
+            "samples": samples}
+
+
+def consume(batches, t0, wanted, take):
+    """Takes `wanted` batches from `batches`, `take(batch)` reading each and returning its
+    (indices, starts): (seconds since t0, seconds to the first batch, batches taken, the
+    fingerprint of which excerpts came, to check that torch's are the Loader's)."""
     first = None
     count = 0
-    samples = []  # which excerpts came, to check that torch's are the same
-    for batch in loader:
-        batch.data.sum()
-        samples.append((batch.indices, batch.starts))
+    samples = []
+    for batch in batches:
+        samples.append(take(batch))
         count += 1
         if first is None:
             first = time.perf_counter() - t0
-        if count == p["batches"]:
+        if count == wanted:
             break
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
-            "samples": fingerprint(samples)}
+    return time.perf_counter() - t0, first, count, fingerprint(samples)
 
 
 def fingerprint(samples):
@@ -365,22 +376,16 @@ def child_torch(p):
     loader = mmnpz.torch.loader(p["spec"], length=LENGTH, batch_size=BATCH, kind="weighted",
                                 seed=p["seed"], num_samples=p["samples"],
                                 num_workers=p["workers"], **io_kw(p))
-    first = None
-    count = 0
     it = iter(loader)
-    samples = []
-    for batch in it:
+
+    def take(batch):
         batch["data"].sum()
-        samples.append((batch["indices"].numpy(), batch["starts"].numpy()))
-        count += 1
-        if first is None:
-            first = time.perf_counter() - t0
-        if count == p["batches"]:
-            break
-    seconds = time.perf_counter() - t0
+        return batch["indices"].numpy(), batch["starts"].numpy()
+
+    seconds, first, count, samples = consume(it, t0, p["batches"], take)
     del it, loader  # the workers stop here, outside the clock
     return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
-            "samples": fingerprint(samples), "torch_threads": torch.get_num_threads()}
+            "samples": samples, "torch_threads": torch.get_num_threads()}
 
 
 def child_open(p):
