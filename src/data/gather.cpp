@@ -195,7 +195,11 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
     const bool map = r == route::map || r == route::promote || costs.map_next();
     if (map && may_map(t, src, bytes, cr)) {
       const clock::time_point begin = r == route::map ? clock::time_point() : clock::now();
-      std::memcpy(dst, src, bytes);
+      if (!detail::copy_from_mapping(dst, src, bytes)) {
+        t.granules->forget(base, src, bytes);
+        read_rows(t, row, n, dst, cr);  // the file was cut: says where
+        return;
+      }
       if (r == route::map) return;
       t.granules->mark_mapped(base, src, bytes);
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
@@ -215,7 +219,11 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
   } else if (t.fd >= 0) {
     read_rows(t, row, n, dst, cr);
   } else if (t.item->c_contiguous) {
-    std::memcpy(dst, t.data + row * t.row_bytes, n * t.row_bytes);
+    if (!detail::copy_from_mapping(dst, t.data + row * t.row_bytes, n * t.row_bytes)) {
+      task by_read = t;  // io="map": read where the mapping failed, to say what is missing
+      by_read.fd = state_of(*t.field->source).fds[t.item->shard];
+      read_rows(by_read, row, n, dst, cr);
+    }
   } else {
     copy_strided(t.field->source->array(t.index), row, n, dst);
   }

@@ -2,12 +2,17 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
+#include <mutex>
 
 #include "detail/errors.hpp"
 
@@ -62,6 +67,63 @@ std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_
     throw errors::os(path, "read from", errno, at);
   }
   return done;
+}
+
+namespace {
+
+// Where copy_from_mapping() resumes when its copy meets SIGBUS in its source (null: no copy
+// under way on this thread), and that source.
+thread_local sigjmp_buf* volatile copy_recovery = nullptr;
+thread_local const std::byte* volatile copy_source = nullptr;
+thread_local volatile std::size_t copy_size = 0;
+struct sigaction previous_sigbus {};
+std::once_flag sigbus_installed;
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  sigjmp_buf* recovery = copy_recovery;
+  const auto* at = static_cast<const std::byte*>(info ? info->si_addr : nullptr);
+  if (recovery && at >= copy_source && at < copy_source + copy_size) {
+    copy_recovery = nullptr;
+    siglongjmp(*recovery, 1);
+  }
+  // Not a copy of ours: what happened before this handler was installed.
+  if (previous_sigbus.sa_flags & SA_SIGINFO) {
+    if (previous_sigbus.sa_sigaction) {
+      previous_sigbus.sa_sigaction(sig, info, context);
+      return;
+    }
+  } else if (previous_sigbus.sa_handler != SIG_DFL && previous_sigbus.sa_handler != SIG_IGN) {
+    previous_sigbus.sa_handler(sig);
+    return;
+  }
+  ::signal(SIGBUS, SIG_DFL);  // the default action: the process ends on SIGBUS
+  ::raise(SIGBUS);
+}
+
+void install_sigbus_handler() {
+  struct sigaction action {};
+  action.sa_sigaction = on_sigbus;
+  // SA_NODEFER: siglongjmp leaves the handler without restoring the signal mask (that would
+  // cost a system call per copy), so SIGBUS must not be blocked while it runs.
+  action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGBUS, &action, &previous_sigbus);
+}
+
+}  // namespace
+
+bool copy_from_mapping(std::byte* dst, const std::byte* src, std::size_t n) {
+  std::call_once(sigbus_installed, install_sigbus_handler);
+  sigjmp_buf recovery;
+  if (sigsetjmp(recovery, 0) != 0) return false;
+  copy_source = src;
+  copy_size = n;
+  copy_recovery = &recovery;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  copy_recovery = nullptr;
+  return true;
 }
 
 bool resident(const std::byte* data, std::uint64_t n) {

@@ -40,6 +40,13 @@ void advise_random(int fd);
 std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_t n, bool nowait,
                       std::string_view path, std::uint64_t done = 0);
 
+/// Copies n bytes from the file mapping at `src` to `dst`, or returns false when the copy met
+/// SIGBUS at an address of `src`: a page the file no longer has (truncated since it was mapped, as
+/// numpy rewriting the archive in place does). The process's SIGBUS handler is installed at
+/// the first call; a SIGBUS outside such a copy goes to the handler that was there before (or
+/// ends the process, as without it). `dst` may be partly written when false is returned.
+bool copy_from_mapping(std::byte* dst, const std::byte* src, std::size_t n);
+
 /// True when every page of the file mapping [data, data + n) is in the page cache (mincore;
 /// only the first 64 pages are looked at). Does not say whether this process has faulted
 /// them in: a fresh process's first touch still costs a (minor) page fault.

@@ -2,6 +2,7 @@
 view maps it; an archive cut after it was opened gives an error naming member and offset."""
 
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -109,3 +110,51 @@ def test_a_dataset_opens_without_the_seam_and_gives_every_item(tmp_path):
     assert len(ds) == 40
     for name, value in arrays.items():
         np.testing.assert_array_equal(ds[name], value)
+
+
+GATHER_AFTER_A_CUT = r"""
+import os, sys
+import numpy as np
+import mmnpz
+path, io, cut = sys.argv[1], sys.argv[2], float(sys.argv[3])
+ds = mmnpz.Dataset(path, io=io)
+idx = np.arange(len(ds))
+starts = np.zeros(len(ds), np.int64)
+for _ in range(4):  # io="auto": granules read, then re-used through the mapping, then mapped
+    ds.gather(idx, starts, 1024)
+size = int(os.path.getsize(path) * cut)
+os.truncate(path, size)  # as numpy rewriting the file in place
+try:
+    ds.gather(idx, starts, 1024)
+except mmnpz.FormatError as e:
+    print(size)
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("io", ["auto", "map"])
+@pytest.mark.parametrize("cut", [0.3, 0.45, 0.9])
+def test_gathering_through_the_mapping_from_an_archive_cut_since_raises_instead_of_sigbus(
+        tmp_path, io, cut):
+    """Excerpts copied through the mapping from pages the file no longer has fault (SIGBUS);
+    the gather reads them instead and says which member was cut. Run in a child: the old code
+    was killed by the signal."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "cut.npz")
+    with mmnpz.NpzWriter(path) as writer:
+        for k in range(64):
+            writer.write(f"a{k}", np.full((4096, 64), k, np.float32))  # 1 MiB each
+    run = subprocess.run([sys.executable, "-c", GATHER_AFTER_A_CUT, path, io, str(cut)],
+                         capture_output=True, text=True, env=dict(os.environ))
+    assert run.returncode == 0, run.stderr[-2000:]
+    size, message = run.stdout.strip().split("\n")
+    # Whichever thread meets the cut first names its excerpt: one that the file's end cuts
+    # short, or one wholly past it.
+    got = re.fullmatch(rf"{re.escape(path)}: member 'a(\d+)\.npy' at offset (\d+): read (\d+) "
+                       r"of 262144 bytes: the archive was truncated after it was opened", message)
+    assert got, message
+    member, offset, read = (int(x) for x in got.groups())
+    assert offset + read == int(size) if read else offset >= int(size), message
+    assert member >= int(64 * cut) - 1, message
