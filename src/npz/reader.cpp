@@ -5,16 +5,17 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <new>
+#include <optional>
 
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
+#include "detail/sparse_slots.hpp"
 #include "mmnpz/npy.hpp"
 #include "npz/view_state.hpp"
 #include "zip/crc32.hpp"
@@ -180,17 +181,10 @@ class archive {
       : path_(std::move(path)), source_(std::move(source)) {
     open_directory();
     names_.build(dir_.members);
-    // calloc: a large block comes zeroed from the kernel, its pages untouched until a member
-    // is decoded (new[]() would write every one: a page fault each in a fresh process).
-    slots_.reset(static_cast<std::atomic<const decoded*>*>(std::calloc(
-        std::max<std::size_t>(dir_.members.size(), 1), sizeof(std::atomic<const decoded*>))));
-    if (!slots_) throw std::bad_alloc();
+    slots_.emplace(dir_.members.size());
   }
   archive(const archive&) = delete;
   archive& operator=(const archive&) = delete;
-  ~archive() {
-    for (std::size_t i = 0; i < dir_.members.size(); ++i) delete slots_[i].load();
-  }
 
   const std::string& path() const { return path_; }
   const zip::directory& dir() const { return dir_; }
@@ -219,7 +213,7 @@ class archive {
     for (std::size_t i : indices) {
       const member_info& m = dir_.members[i];
       if (m.method == zip::method_stored && m.local_header_offset < dir_.cd_offset &&
-          !slots_[i].load(std::memory_order_acquire)) {
+          !slots_->get(i)) {
         todo.push_back(&m);
       }
     }
@@ -266,13 +260,12 @@ class archive {
   /// `window` may hold the member's first bytes, read already.
   const decoded& get(std::size_t index, const header_window* window = nullptr) const {
     const member_info& m = member(index);
-    if (const decoded* d = slots_[index].load(std::memory_order_acquire)) return *d;
+    if (const decoded* d = slots_->get(index)) return *d;
     std::lock_guard<std::mutex> lock(locks_[index % locks_.size()]);
-    if (const decoded* d = slots_[index].load(std::memory_order_acquire)) return *d;
+    if (const decoded* d = slots_->get(index)) return *d;
     auto d = std::make_unique<decoded>();
     decode(m, *d, window);
-    slots_[index].store(d.get(), std::memory_order_release);
-    return *d.release();
+    return slots_->set(index, std::move(d));
   }
 
   void check_contents(const decoded& d) const {
@@ -283,8 +276,7 @@ class archive {
   /// deflated member not yet decoded is inflated by read(), uncached: verifying an archive
   /// must not keep each of its members in memory, which fails once they outgrow it.
   void verify(std::size_t index) const {
-    if (member(index).method == zip::method_deflated &&
-        !slots_[index].load(std::memory_order_acquire)) {
+    if (member(index).method == zip::method_deflated && !slots_->get(index)) {
       read(
           index, [](const std::byte*, std::size_t) {}, verify_piece);
       return;
@@ -311,7 +303,7 @@ class archive {
     }
     const std::byte* p = nullptr;
     std::uint64_t n = 0;
-    if (const decoded* d = slots_[index].load(std::memory_order_acquire)) {
+    if (const decoded* d = slots_->get(index)) {
       check_contents(*d);
       p = contents(*d);
       n = d->contents_size;
@@ -719,10 +711,8 @@ class archive {
   bool interrupted_ = false;
   zip::directory dir_;
   name_table names_;
-  struct free_deleter {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::atomic<const decoded*>[], free_deleter> slots_;  // nullptr: not decoded
+  // Each member's decoded state once first accessed. Not a flat array: see sparse_slots.
+  mutable std::optional<sparse_slots<decoded>> slots_;  // made once the directory is known
   mutable std::array<std::mutex, 64> locks_;
 };
 
