@@ -377,19 +377,6 @@ class NpzReader(collections.abc.Mapping):
                              "CRC-32 is in a data descriptor after its data")
         members.add(index)
 
-    def _lookup(self, key):
-        """(index, item): one call to the core finds, decodes and maps stored arrays."""
-        found = self._open_reader().lookup(key)
-        if found is None:
-            raise KeyError(f"{key} is not a file in the archive")
-        index, view = found
-        if view is not None and self._mode == "r":
-            return index, view  # the fast path (the core checked max_header_size)
-        item = self._by_index.get(index) if self._cache else None
-        if item is None:
-            item = self._item(index, view)
-        return index, item
-
     def _header_allowed(self, index):
         return (self.allow_pickle or self._max_header_size >= (1 << 24)
                 or self._reader.header_length(index) <= self._max_header_size)
@@ -404,13 +391,27 @@ class NpzReader(collections.abc.Mapping):
         item = self._by_key.get(key)
         if item is not None:
             return item
+        # A first access: one call to the core finds, decodes and maps a stored array (the
+        # core checked max_header_size). Written out here, not in helper methods: each
+        # Python call would add a few percent to a first access.
+        reader = self._reader
+        if reader is None:
+            raise ValueError(f"{self._path}: the reader is closed")
+        found = reader.lookup(key)
+        if found is None:
+            raise KeyError(f"{key} is not a file in the archive")
+        index, item = found
+        if item is None or self._mode != "r":
+            item = self._by_index.get(index) if self._cache else None
+            if item is None:
+                item = self._item(index, found[1])
         if not self._cache:
-            return self._lookup(key)[1]
-        index, item = self._lookup(key)
+            return item
         # Threads racing on a first access all get the item stored first (setdefault is
         # atomic under the GIL; the core releases it while inflating).
         item = self._by_key[key] = self._by_index.setdefault(index, item)
         return item
+
     def __contains__(self, key):
         reader = self._open_reader()
         return isinstance(key, str) and reader.find(key) is not None

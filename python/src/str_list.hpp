@@ -13,6 +13,13 @@ namespace mmnpz_python {
 
 /// [name_of(0), ..., name_of(n - 1)] as str; name_of returns a std::string_view of UTF-8.
 /// Throws (error_already_set) on bytes that are not UTF-8.
+///
+/// The list is not tracked by Python's cycle collector. Tracked, a list of a million names
+/// was traversed by every collection that reached its generation: 14 ms for the first
+/// young collection after it was made (a first access of an archive's members met it as a
+/// pause every few hundred accesses), then 25 ms more per full collection. A list of str
+/// cannot be part of a reference cycle; one the caller makes by appending containers to it
+/// would only be left uncollected (a leak, never a dangling reference).
 template <class NameOf>
 pybind11::list str_list(std::size_t n, NameOf&& name_of) {
   pybind11::list out(n);
@@ -30,6 +37,7 @@ pybind11::list str_list(std::size_t n, NameOf&& name_of) {
     if (!s) throw pybind11::error_already_set();
     PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), s);
   }
+  PyObject_GC_UnTrack(out.ptr());
   return out;
 }
 
