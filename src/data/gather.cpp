@@ -189,10 +189,11 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
     const std::byte* base = t.item->data - t.item->offset;  // the mapping's file offset 0
     const std::byte* src = t.data + row * t.row_bytes;
     const std::uint64_t bytes = n * t.row_bytes;
-    const route r = t.granules->route_of(base, src, bytes);
-    // Mapped granules are copied; re-used ones are faulted in (once, for every later copy);
-    // unseen ones go the way that costs less so far (first_touch_costs), timed.
-    const bool map = r == route::map || r == route::promote || costs.map_next();
+    std::uint32_t reads = 0;
+    const route r = t.granules->route_of(base, src, bytes, &reads);
+    // Mapped granules are copied; others are read, or faulted in (once, for every later
+    // copy), as first_touch_costs says from how often they were read before; timed.
+    const bool map = r == route::map || costs.map_now(reads);
     if (map && may_map(t, src, bytes, cr)) {
       const clock::time_point begin = r == route::map ? clock::time_point() : clock::now();
       if (!detail::copy_from_mapping(dst, src, bytes)) {
@@ -211,10 +212,8 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
       t.granules->forget(base, src, bytes);  // not in the page cache, or not known to be
       return;
     }
-    if (r == route::read) {
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
-      costs.record(/*mapped=*/false, bytes, static_cast<std::uint64_t>(ns.count()));
-    }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
+    costs.record(/*mapped=*/false, bytes, static_cast<std::uint64_t>(ns.count()));
     t.granules->mark_read(base, src, bytes);
   } else if (t.fd >= 0) {
     read_rows(t, row, n, dst, cr);

@@ -158,17 +158,20 @@ std::pair<std::size_t, std::size_t> granule_map::span(const std::byte* base, con
   return {std::min(first_granule, last), std::min(last_granule, last)};
 }
 
-granule_map::route granule_map::route_of(const std::byte* base, const std::byte* p,
-                                         std::uint64_t n) const {
+granule_map::route granule_map::route_of(const std::byte* base, const std::byte* p, std::uint64_t n,
+                                         std::uint32_t* reads) const {
+  if (reads) *reads = 0;
   if (state_.empty()) return route::read;
   const auto [first, last] = span(base, p, n);
-  bool all_mapped = true;
+  std::uint8_t fewest = mapped;
   for (std::size_t g = first; g <= last; ++g) {
     const std::uint8_t s = state_[g].load(std::memory_order_relaxed);
     if (s == 0) return route::read;
-    all_mapped = all_mapped && s == mapped;
+    fewest = std::min(fewest, s);
   }
-  return all_mapped ? route::map : route::promote;
+  if (fewest == mapped) return route::map;
+  if (reads) *reads = fewest;
+  return route::promote;
 }
 
 void granule_map::mark_read(const std::byte* base, const std::byte* p, std::uint64_t n) {
@@ -208,20 +211,24 @@ std::atomic<int> forced_first_touch{-1};
 
 void set_first_touch_for_testing(int map) { forced_first_touch = map; }
 
-bool first_touch_costs::map_next() {
+bool first_touch_costs::map_now(std::uint32_t reads) {
   const int forced = forced_first_touch.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced == 1;
-  const std::uint32_t reads = samples_[0].load(std::memory_order_relaxed);
-  const std::uint32_t maps = samples_[1].load(std::memory_order_relaxed);
-  if (reads < warmup || maps < warmup) return maps < reads;  // alternate, reading first
+  if (forced >= 0) return reads > 0 || forced == 1;
+  const std::uint32_t read_samples = samples_[0].load(std::memory_order_relaxed);
+  const std::uint32_t map_samples = samples_[1].load(std::memory_order_relaxed);
+  if (read_samples < warmup || map_samples < warmup) {
+    // Learning: first touches alternate, reading first; re-used granules are faulted in.
+    return reads > 0 || map_samples < read_samples;
+  }
+  // Ski rental: fault the granules in once reading them once more would bring what their
+  // reads cost to a fault's cost: (reads + 1) * R > F.
+  const std::uint64_t read_cost = cost_[0].load(std::memory_order_relaxed);
+  const std::uint64_t map_cost = cost_[1].load(std::memory_order_relaxed);
+  const bool map = (std::uint64_t{reads} + 1) * read_cost > map_cost;
+  if (reads > 0 || !map) return map;
   const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
   turns_.store(turn + 1, std::memory_order_relaxed);
-  // A fault also maps the rest of the granule for the pieces that follow in it (in a batch,
-  // or the next one), which a read does not: a read must cost clearly less to be taken.
-  const std::uint64_t map_cost = cost_[1].load(std::memory_order_relaxed);
-  const std::uint64_t read_cost = cost_[0].load(std::memory_order_relaxed);
-  const bool map = read_cost * read_advantage_den >= map_cost * read_advantage_num;
-  return turn % explore_every == explore_every - 1 ? !map : map;
+  return turn % explore_every != explore_every - 1;  // one first touch in explore_every reads
 }
 
 void first_touch_costs::record(bool mapped, std::uint64_t bytes, std::uint64_t ns) {

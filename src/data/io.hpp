@@ -62,22 +62,21 @@ constexpr std::uint64_t granule_bytes = std::uint64_t{1} << granule_shift;
 /// tables map the pages; until then each new granule costs a page fault (one fault maps the
 /// granule's cached pages: the kernel's fault-around), while a pread from the page cache costs
 /// no fault but a lookup and copy of every page in the kernel. So: a piece whose granules are
-/// all mapped is copied (memcpy); a piece whose granules were all seen before (re-use:
-/// another batch, another epoch) is copied through the mapping, which faults them in once
-/// for every later copy, and they are marked mapped; a piece reaching into an unseen granule
-/// is read or faulted in as first_touch_costs says (reads count the granules as seen). A
-/// granule whose pages are found out of the page cache goes back to unseen (its page-table
-/// entries went with the pages). Granules are 64 KiB of the address space (the mapping's
-/// base need not be aligned to them). One byte per granule (16 MB per TB of archive);
-/// updates are relaxed and may race: the map is advice, never needed for correctness. After
-/// fork() every map reads as unseen: a child's page tables hold none of the parent's file
-/// pages (the kernel does not copy them for shared file mappings).
+/// all mapped is copied (memcpy); any other piece is read, or copied through the mapping
+/// (faulting its granules in once for every later copy, and marking them mapped), as
+/// first_touch_costs says from how often its granules were read before. A granule whose
+/// pages are found out of the page cache goes back to unseen (its page-table entries went
+/// with the pages). Granules are 64 KiB of the address space (the mapping's base need not be
+/// aligned to them). One byte per granule (16 MB per TB of archive): unseen, read 1 to 254
+/// times, or mapped; updates are relaxed and may race: the map is advice, never needed for
+/// correctness. After fork() every map reads as unseen: a child's page tables hold none of
+/// the parent's file pages (the kernel does not copy them for shared file mappings).
 class granule_map {
  public:
-  /// What a piece should do, by the state of every granule it overlaps.
+  /// Where a piece stands, by the state of every granule it overlaps.
   enum class route {
     read,     ///< some granule is unseen: a first touch (first_touch_costs decides)
-    promote,  ///< every granule was seen, some are not mapped: copy through the mapping
+    promote,  ///< every granule was read before, some are not mapped (first_touch_costs)
     map,      ///< every granule is mapped already: copy through the mapping
   };
 
@@ -88,7 +87,10 @@ class granule_map {
   void cover(std::uint64_t file_size);
 
   /// The route of the piece [p, p + n) of a mapping that begins at `base` (file offset 0).
-  route route_of(const std::byte* base, const std::byte* p, std::uint64_t n) const;
+  /// `reads`, when given, is set to the fewest times a granule of the piece that is not
+  /// mapped was read (0 for route::read; 0 too for route::map).
+  route route_of(const std::byte* base, const std::byte* p, std::uint64_t n,
+                 std::uint32_t* reads = nullptr) const;
   /// Counts the piece's granules as seen once more (mapped ones stay mapped).
   void mark_read(const std::byte* base, const std::byte* p, std::uint64_t n);
   /// Marks the piece's granules mapped: it was just copied through the mapping.
@@ -109,30 +111,32 @@ class granule_map {
   std::atomic<unsigned> forks_seen_{0};
 };
 
-/// Which way of copying a piece of a granule this process has not touched yet is cheaper,
-/// learned from the first touches made so far (io_mode::automatic): reading it (pread from
-/// the page cache: no fault, but the kernel looks up and copies each page) or copying it
-/// through the mapping (a page fault, which maps the whole 64 KiB granule for later copies).
-/// Which wins depends on the machine and the piece size: on the 2-core development VM a
-/// random 15 KiB pread from the page cache cost 4-10 µs, the fault and copy 3-7 µs, while
-/// page faults on other virtual machines cost up to 19 µs each. Each way keeps a moving
-/// average of nanoseconds per KiB (pieces only; first touches whose pages were not in the
-/// page cache are not recorded); the first `warmup` touches of each way alternate, then the
-/// cheaper way is taken, with one touch in `explore_every` taking the other to follow
-/// changes. A read is taken only when it costs less than 2/3 of a fault and copy: the fault
-/// also maps the rest of its granule for the pieces that follow there, which a per-piece
-/// cost does not see (at equal costs per piece, faulting was 15-20% faster over a batch on
-/// the development VM). Relaxed atomics: concurrent updates may lose a sample, never break
-/// a choice.
+/// Whether a piece of granules this process has not mapped yet is read, or copied through
+/// the mapping, learned from the copies made so far (io_mode::automatic). Reading (pread
+/// from the page cache: no fault, but the kernel looks up and copies each page) costs R per
+/// piece each time; copying through the mapping costs a page fault F once per granule (which
+/// maps the whole 64 KiB granule for every later copy), after which copies are nearly free.
+/// Which way wins depends on the machine, the piece size and how often a granule is used
+/// again: on the 2-core development VM a random 15 KiB pread from the page cache cost
+/// 4-7 µs, the fault and copy 6-11 µs, while page faults on other virtual machines cost up to
+/// 19 µs each. So a granule is "rented" (read) until renting once more would bring what its
+/// reads cost to a fault's cost, then "bought" (faulted in): the ski-rental rule, which never
+/// costs more than twice what knowing each granule's future use would. Each way keeps a
+/// moving average of nanoseconds per KiB (pieces only; pieces whose pages were not in the
+/// page cache are not recorded); the first `warmup` first touches of each way alternate.
+/// While faulting at first touch wins, one first touch in `explore_every` reads, to follow
+/// changes in the cost of reads (faults of re-used granules keep sampling the other way).
+/// Relaxed atomics: concurrent updates may lose a sample, never break a choice.
 class first_touch_costs {
  public:
   static constexpr std::uint32_t warmup = 8;
   static constexpr std::uint32_t explore_every = 16;
-  static constexpr std::uint64_t read_advantage_num = 2, read_advantage_den = 3;
 
-  /// True when the next first touch should copy through the mapping, false: read it.
-  bool map_next();
-  /// Records a first touch of `bytes` that took `ns` nanoseconds, mapped or read.
+  /// True when a piece whose granules not yet mapped were each read at least `reads` times
+  /// before (0: a first touch) should now be copied through the mapping, false: read again.
+  bool map_now(std::uint32_t reads);
+  /// Records a copy of `bytes` that took `ns` nanoseconds, through the mapping (faulting
+  /// granules in) or read.
   void record(bool mapped, std::uint64_t bytes, std::uint64_t ns);
   /// The moving average of ns per KiB of each way (0 before its first sample), for tests.
   std::uint32_t cost(bool mapped) const { return cost_[mapped].load(std::memory_order_relaxed); }
@@ -143,8 +147,9 @@ class first_touch_costs {
   std::atomic<std::uint32_t> turns_{0};
 };
 
-/// Replaces the learned first-touch choice for tests: 0 or 1 force a read or a map of every
-/// piece of an unseen granule, -1 restores learning. Set it before a gather.
+/// Replaces the learned choice for tests: 0 or 1 force a read or a map of every piece of an
+/// unseen granule, and a map of every piece of granules read before; -1 restores learning.
+/// Set it before a gather.
 void set_first_touch_for_testing(int map);
 
 /// Asks the kernel to start reading [offset, offset + n) of `fd` into the page cache

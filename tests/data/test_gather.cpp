@@ -718,7 +718,7 @@ TEST_SUITE("gather io") {
     costs c;
     std::vector<bool> warmup;
     for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
-      const bool map = c.map_next();
+      const bool map = c.map_now(0);
       warmup.push_back(map);
       c.record(map, 4096, map ? 2000 : 8000);  // 500 and 2000 ns per KiB
     }
@@ -726,16 +726,62 @@ TEST_SUITE("gather io") {
     CHECK(c.cost(true) == 500);
     CHECK(c.cost(false) == 2000);
     int maps = 0;
-    for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) maps += c.map_next();
+    for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) maps += c.map_now(0);
     CHECK(maps == 4 * (costs::explore_every - 1));  // one in explore_every reads, to follow
     // Reads got cheaper: an outlier moves the average by at most (4x - 1) / 8, ...
     c.record(false, 1024, 1000000);
     CHECK(c.cost(false) == 2000 + (8000 - 2000) / 8);
-    // ... and enough cheap samples turn the choice.
+    // ... and enough cheap samples turn the choice: first touches are all read (faults of
+    // re-used granules keep sampling the mapping's cost).
     for (int k = 0; k < 40; ++k) c.record(false, 1024, 100);
     CHECK(c.cost(false) < c.cost(true));
     int reads = 0;
-    for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) reads += !c.map_next();
-    CHECK(reads == 4 * (costs::explore_every - 1));
+    for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) reads += !c.map_now(0);
+    CHECK(reads == 4 * costs::explore_every);
+  }
+
+  TEST_CASE("a piece's route counts the fewest reads of its granules that are not mapped") {
+    using map = mmnpz::detail::granule_map;
+    map g;
+    g.cover(4 * mmnpz::detail::granule_bytes);
+    alignas(65536) static std::byte file[4 * 65536];
+    static_assert(mmnpz::detail::granule_bytes == 65536);
+    const std::byte* first = file + 100;           // in granule 0
+    const std::byte* across = file + 65536 - 100;  // granules 0 and 1
+    std::uint32_t reads = 99;
+    CHECK(g.route_of(file, first, 50, &reads) == map::route::read);
+    CHECK(reads == 0);
+    g.mark_read(file, first, 50);
+    g.mark_read(file, first, 50);
+    CHECK(g.route_of(file, first, 50, &reads) == map::route::promote);
+    CHECK(reads == 2);
+    CHECK(g.route_of(file, across, 200, &reads) == map::route::read);  // granule 1 unseen
+    g.mark_read(file, across, 200);  // granule 0 read 3 times, granule 1 once
+    CHECK(g.route_of(file, across, 200, &reads) == map::route::promote);
+    CHECK(reads == 1);
+    g.mark_mapped(file, file + 65536, 10);  // granule 1 mapped: granule 0's 3 reads count
+    CHECK(g.route_of(file, across, 200, &reads) == map::route::promote);
+    CHECK(reads == 3);
+    g.mark_mapped(file, first, 50);
+    CHECK(g.route_of(file, across, 200, &reads) == map::route::map);
+    CHECK(reads == 0);
+  }
+
+  TEST_CASE("a granule is read until its reads would cost more than a fault, then faulted in") {
+    using costs = mmnpz::detail::first_touch_costs;
+    costs c;
+    for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
+      const bool map = c.map_now(0);
+      c.record(map, 1024, map ? 2500 : 1000);  // a fault costs 2.5 reads
+    }
+    REQUIRE(c.cost(true) == 2500);
+    REQUIRE(c.cost(false) == 1000);
+    CHECK(!c.map_now(0));  // a first touch reads: 1,000 < 2,500
+    CHECK(!c.map_now(1));  // read once before: a second read brings the reads to 2,000
+    CHECK(c.map_now(2));   // a third would bring them to 3,000: the fault is cheaper
+    CHECK(c.map_now(200));
+    // While learning, re-used granules are faulted in (that samples the fault's cost).
+    costs learning;
+    CHECK(learning.map_now(1));
   }
 }
