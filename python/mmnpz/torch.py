@@ -10,10 +10,11 @@ Item b of an ``ExcerptBatches`` is batch b of the current epoch, gathered in C++
 Use it with ``DataLoader(batches, batch_size=None)``, or :func:`loader`. Pickling (for spawned
 DataLoader workers) sends the archive names and options only: a worker opens the archives
 itself, and gathers into a tensor in shared memory so that the batch reaches the main process
-without another copy. Under :func:`loader` that shared memory is a ring of buffers made once
-per worker: a batch crosses the worker queue as a slot number, and its slot is reused once the
-main process has let go of every tensor of the batch. This module imports torch; ``import
-mmnpz`` does not.
+without another copy. Under :func:`loader` the workers are mmnpz's own (torch's per-batch
+queues cost about as much as the gather itself): each gathers its share of the batches into a
+ring of buffers made once per worker, only semaphores pass between the processes, and a slot
+is reused once the main process has let go of every tensor of its batch. This module imports
+torch; ``import mmnpz`` does not.
 """
 
 import collections.abc
@@ -21,12 +22,18 @@ import itertools
 import mmap
 import operator
 import os
+import queue as queue_module
+import random
+import time
 import weakref
 
 import numpy as np
 import torch
 import torch.distributed
+import torch.multiprocessing
 import torch.utils.data
+from torch._utils import ExceptionWrapper
+from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core, _mmnpz
 from .data import Dataset, Sampler, _refuse_short, gather_fields
@@ -66,17 +73,11 @@ def _aligned(n, to=_ALIGN):
     return -(-n // to) * to
 
 
-# The rings of this process's live DataLoader iterators, by token: where a batch that crossed
-# a worker queue as a slot number finds its memory.
-_RINGS = weakref.WeakValueDictionary()
-_TOKENS = itertools.count()
-
-
 class _Ring:
-    """Output memory for the batches of one DataLoader iterator's workers, made once in the
-    main process before the workers start (forked ones inherit it, spawned ones receive it
-    pickled, as torch shares tensors): ``slots`` buffers of ``slot_bytes`` per worker in one
-    shared tensor, and a shared int32 flag per slot, 0 when free, 1 when lent.
+    """Output memory for the batches of one loader's workers, made once in the main process
+    before the workers start (forked ones inherit it, spawned ones receive it pickled, as
+    torch shares tensors): ``slots`` buffers of ``slot_bytes`` per worker in one shared
+    tensor, and a shared int32 flag per slot, 0 when free, 1 when lent.
 
     A worker takes the free slot released last: its bytes are the likeliest to be still in a
     CPU cache (a batch is megabytes, and writing over memory that has left the caches costs
@@ -92,19 +93,19 @@ class _Ring:
     store visible ahead of the branch it depends on)."""
 
     def __init__(self, workers, slots, slot_bytes):
-        self.token = f"{os.getpid()}:{next(_TOKENS)}"
         self.slots, self.slot_bytes = slots, slot_bytes
         self.memory = _shared_empty((workers * slots * slot_bytes,), torch.uint8)
         self.flags = _shared_empty((workers, slots), torch.int32).zero_()
         self.released = _shared_empty((workers, slots), torch.int64).zero_()
         self._releases = itertools.count(1)
+        self._held = set()  # (worker, slot) of batches the main process handed out
         self._views = None
-        _RINGS[self.token] = self
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_views"] = None  # numpy views would be pickled by value
         state["_releases"] = None  # the main process numbers the releases
+        state["_held"] = None
         return state
 
     def _arrays(self):
@@ -125,11 +126,30 @@ class _Ring:
             flags[slot] = 1
         return slot
 
+    def untake(self, worker, slot):
+        """Frees a slot taken but never handed to the main process (worker side)."""
+        self._arrays()[1][worker, slot] = 0
+
+    def lend(self, worker, slot):
+        """Notes that the main process handed out the batch in the slot (main side)."""
+        self._held.add((worker, slot))
+
     def give_back(self, worker, slot):
+        """Frees a slot once the batch handed out from it is gone (main side)."""
         _, flags, released = self._arrays()
         if self._releases is not None:
             released[worker, slot] = next(self._releases)
+        if self._held is not None:
+            self._held.discard((worker, slot))
         flags[worker, slot] = 0
+
+    def reclaim(self):
+        """Frees the slots that stopped workers took for batches the main process never got
+        (main side, once those workers have exited)."""
+        flags = self._arrays()[1]
+        for worker, slot in zip(*np.nonzero(flags)):
+            if (int(worker), int(slot)) not in self._held:
+                flags[worker, slot] = 0
 
     def slot(self, worker, slot):
         """The bytes of a slot as a uint8 array resting on a memoryview of its own."""
@@ -146,34 +166,6 @@ def _field_views(memory, layouts):
         views.append(memory[offset:offset + nbytes].view(dtype).reshape(shape))
         offset = _aligned(offset + nbytes)
     return views
-
-
-class _SlotBatch:
-    """What a worker returns for a batch gathered into its ring: it crosses the queue as the
-    slot number, the layouts and the small per-excerpt arrays (pickled by value), and the
-    main process unpickles it as the batch dict of tensors on the ring's memory."""
-
-    def __init__(self, token, worker, slot, layouts, rest):
-        self.token, self.worker, self.slot = token, worker, slot
-        self.layouts, self.rest = layouts, rest
-
-    def __reduce__(self):
-        layouts = [(dtype.str, shape) for dtype, shape in self.layouts]
-        return _slot_batch, (self.token, self.worker, self.slot, layouts, self.rest)
-
-
-def _slot_batch(token, worker, slot, layouts, rest):
-    """The main process's batch dict of the batch in ``worker``'s ring slot ``slot``."""
-    ring = _RINGS.get(token)
-    if ring is None:
-        raise RuntimeError("a batch came from a DataLoader worker whose loader is gone")
-    memory = ring.slot(worker, slot)
-    # Every tensor below holds (through its numpy array) the memoryview under `memory`:
-    # when the last is gone the slot is free for the worker's next batch.
-    weakref.finalize(memory.base, ring.give_back, worker, slot).atexit = False
-    layouts = [(np.dtype(d), tuple(shape)) for d, shape in layouts]
-    data = [torch.from_numpy(a) for a in _field_views(memory, layouts)]
-    return _batch_dict(data, *rest)
 
 
 def _batch_dict(data, valid, indices, starts, epoch, b, names):
@@ -256,7 +248,6 @@ class ExcerptBatches(torch.utils.data.Dataset):
         self._next = None  # (epoch, batch) where the next pass begins, when chosen
         self._passes = 0  # passes begun by sampler()'s keys
         self._pass = None  # (epoch, first batch) of the last
-        self._ring = None  # a DataLoader iterator's _Ring while its workers start
         self._datasets = self._sampler = self._layouts = None
         datasets = self._open()
         self._items, self._epoch_size = len(datasets[0]), self._sampler.epoch_size
@@ -392,8 +383,8 @@ class ExcerptBatches(torch.utils.data.Dataset):
         dtype, trailing = layout
         return dtype, (len(indices), int(rows)) + tuple(trailing)
 
-    def _slot_bytes(self):
-        """Bytes of the largest batch (every field, each aligned), in whole pages."""
+    def _data_bytes(self):
+        """Bytes of the largest batch's fields (each aligned)."""
         self._open()
         total = 0
         for f, rate in enumerate(self._rates()):
@@ -404,48 +395,82 @@ class ExcerptBatches(torch.utils.data.Dataset):
             layouts = layout[0] if isinstance(layout[1], np.ndarray) else [layout]
             row = max(d.itemsize * int(np.prod(t, dtype=np.int64)) for d, t in layouts)
             total = _aligned(total + row * int(rows) * self.batch_size)
-        return _aligned(max(total, 1), mmap.PAGESIZE)
+        return total
+
+    def _slot_bytes(self):
+        """Bytes of a ring slot, in whole pages: the largest batch, then its int64 valid rows
+        of each field, indices and starts (_slot_meta)."""
+        meta = (len(self._rates()) + 2) * self.batch_size * 8
+        return _aligned(max(self._data_bytes() + meta, 1), mmap.PAGESIZE)
+
+    def _slot_meta(self, memory):
+        """The int64 (fields + 2, batch_size) rows of a slot after its data: valid rows of
+        each field, then indices, then starts."""
+        at = self._data_bytes()
+        rows = len(self._rates()) + 2
+        return memory[at:at + rows * self.batch_size * 8].view(np.int64).reshape(
+            rows, self.batch_size)
+
+    def _sample(self, epoch, b):
+        """(indices, starts) of batch b of epoch."""
+        self._open()
+        position = b * self.batch_size
+        return self._sampler.sample(epoch, position,
+                                    min(self.batch_size, self._per_rank - position))
+
+    def _layouts_of(self, indices):
+        return [self._out_layout(f, indices, r) for f, r in enumerate(self._rates())]
+
+    def _gather(self, indices, starts, outs):
+        datasets = self._open()
+        return gather_fields([(ds, indices, r) for ds, r in zip(datasets, self._rates())],
+                             starts, self.length, outs=outs, pad=self.pad, fill=self.fill,
+                             threads=self._gather_threads(), valid=True)
+
+    def _names(self):
+        return [name for name, *_ in self._fields]
 
     def __getitem__(self, key):
         """Batch b of the current epoch (key b) or of ``epoch`` (key ``(epoch, b)``)."""
         epoch, b = self._key(key)
-        datasets = self._open()
-        position = b * self.batch_size
-        count = min(self.batch_size, self._per_rank - position)
-        indices, starts = self._sampler.sample(epoch, position, count)
-        rates = self._rates()
-        outs = tensors = slot = None
-        worker = torch.utils.data.get_worker_info()
-        if worker is not None:
-            layouts = [self._out_layout(f, indices, r) for f, r in enumerate(rates)]
-            ring = self._ring
-            if ring is not None and None not in layouts:
-                slot = ring.take(worker.id)  # None when the main process holds every slot
-            if slot is not None:
-                outs = _field_views(ring.slot(worker.id, slot), layouts)
-            else:
-                # Gathered straight into shared memory, the batch crosses to the main process
-                # as is (in a new shared segment).
-                tensors = [None if out is None else _shared_empty(out[1], _torch_dtype(out[0],
-                                                                                     "data"))
-                           for out in layouts]
-                outs = [None if t is None else t.numpy() for t in tensors]
-        try:
-            data, valid = gather_fields([(ds, indices, r) for ds, r in zip(datasets, rates)],
-                                        starts, self.length, outs=outs, pad=self.pad,
-                                        fill=self.fill, threads=self._gather_threads(),
-                                        valid=True)
-        except BaseException:
-            if slot is not None:
-                ring.give_back(worker.id, slot)
-            raise
-        rest = (valid, indices, starts, epoch, b, [name for name, *_ in self._fields])
-        if slot is not None:
-            return _SlotBatch(ring.token, worker.id, slot, layouts, rest)
+        # In a worker of a plain DataLoader, gathered straight into shared memory: the batch
+        # crosses to the main process as is (in a new shared segment).
+        return self._batch(epoch, b, shared=torch.utils.data.get_worker_info() is not None)
+
+    def _batch(self, epoch, b, shared=False):
+        """Batch b of epoch as a dict of tensors, their memory shared when ``shared``."""
+        indices, starts = self._sample(epoch, b)
+        tensors = outs = None
+        if shared:
+            tensors = [None if out is None else _shared_empty(out[1], _torch_dtype(out[0],
+                                                                                 "data"))
+                       for out in self._layouts_of(indices)]
+            outs = [None if t is None else t.numpy() for t in tensors]
+        data, valid = self._gather(indices, starts, outs)
         # The tensors themselves, not torch.from_numpy of their views: only they are shared.
         tensors = tensors or [None] * len(data)
         data = [torch.from_numpy(a) if t is None else t for t, a in zip(tensors, data)]
-        return _batch_dict(data, *rest)
+        return _batch_dict(data, valid, indices, starts, epoch, b, self._names())
+
+    def _gather_into(self, memory, indices, starts, layouts):
+        """Gathers the batch of samples (indices, starts), whose fields have ``layouts`` (none
+        None), into ``memory`` (a ring slot: uint8), with its valid rows, indices and starts
+        after the data."""
+        _, valid = self._gather(indices, starts, _field_views(memory, layouts))
+        meta, count = self._slot_meta(memory), len(indices)
+        for f, v in enumerate(valid):
+            meta[f, :count] = v
+        meta[-2, :count], meta[-1, :count] = indices, starts
+
+    def _from_slot(self, memory, epoch, b):
+        """The batch dict of batch b of epoch, gathered into ``memory`` by _gather_into: the
+        data tensors rest on it, the small per-excerpt arrays are copied out."""
+        count = min(self.batch_size, self._per_rank - b * self.batch_size)
+        meta = self._slot_meta(memory)[:, :count]
+        valid = [meta[f].copy() for f in range(len(meta) - 2)]
+        indices, starts = meta[-2].copy(), meta[-1].copy()
+        data = [torch.from_numpy(a) for a in _field_views(memory, self._layouts_of(indices))]
+        return _batch_dict(data, valid, indices, starts, epoch, b, self._names())
 
     def __repr__(self):
         return (f"<mmnpz.torch.ExcerptBatches: {self._batches} batches of {self.batch_size} "
@@ -483,13 +508,20 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     options given it with ``load_state_dict`` begins its next pass there, yielding exactly
     the batches that would have followed, with any number of workers.
 
-    With workers, each DataLoader iterator makes one ring of shared buffers per worker,
-    ``prefetch_factor + 2`` batches each: a worker gathers a batch into the free slot given
-    back last (the likeliest to be in a CPU cache) and sends the slot number; the batch's
-    tensors in the main process rest on that slot until the last of them (or of their
-    views) is gone, and only then may the worker reuse it. When
-    the main process holds every slot of a worker (a consumer keeping batches), the worker
-    sends the next batch in a new shared-memory segment, as a DataLoader does by default.
+    With workers, the batches do not travel through torch's worker queues: each iterator
+    starts its own worker processes (with the loader's ``multiprocessing_context``,
+    ``worker_init_fn``, seeds and ``torch.utils.data.get_worker_info()`` as torch sets them)
+    and one ring of shared buffers, ``prefetch_factor + 2`` batches per worker. Worker w
+    gathers batches w, w + num_workers, ... of the pass, each into the free slot given back
+    last (the likeliest to be in a CPU cache), at most ``prefetch_factor`` ahead of the
+    consumer, and only semaphores cross between the processes. The batch's tensors in the
+    main process rest on that slot until the last of them (or of their views) is gone, and
+    only then may the worker reuse it. When the main process holds every slot of a worker (a
+    consumer keeping batches), the worker sends the next batch in a new shared-memory
+    segment, as a DataLoader does by default. A worker's exception is raised in the main
+    process with its traceback; a worker that dies, or ``timeout`` seconds without a batch,
+    is a RuntimeError. Persistent workers wait for the next pass; a pass left before its end
+    stops them, and the next pass starts new ones.
     """
 
     def __init__(self, dataset, **options):
@@ -500,15 +532,7 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     def _get_iterator(self):
         if self.num_workers == 0:
             return super()._get_iterator()
-        ring = _Ring(self.num_workers, (self.prefetch_factor or 2) + 2,
-                     self.dataset._slot_bytes())
-        self.dataset._ring = ring  # forked or pickled into each worker as it starts
-        try:
-            iterator = super()._get_iterator()
-        finally:
-            self.dataset._ring = None
-        iterator._mmnpz_ring = ring  # its batches find it while the workers live
-        return iterator
+        return _Workers(self)
 
     def __iter__(self):
         self._taken, self._passes_before = None, self.dataset._passes
@@ -550,6 +574,215 @@ class ExcerptLoader(torch.utils.data.DataLoader):
         if b == len(batches):  # the end of the epoch: the start of the next
             epoch, b = epoch + 1, 0
         batches.epoch, batches._next = epoch, (epoch, b)
+
+
+# Seconds between checks that the other side of a worker protocol still lives (torch's
+# MP_STATUS_CHECK_INTERVAL).
+_POLL = 5.0
+# A _Workers control array (shared int64): the pass (a new generation each), and stop.
+_EPOCH, _FIRST, _END, _STOP = range(4)
+# Mailbox codes besides a slot number: the batch or the worker's exception is in its queue.
+_BY_QUEUE, _FAILED = -1, -2
+
+
+def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, worker,
+                 workers, base_seed, init_fn, parent):
+    """Worker process ``worker`` of a _Workers: for each pass the main process starts (via
+    ``control`` and ``start``), gathers batches first + worker, first + worker + workers, ...
+    into free slots of ``ring`` (or, when none is free or the batch's layout is only known
+    once gathered, sends it through ``queue``), each once ``credit`` allows it, writes where
+    it is in ``mailbox`` and releases ``ready``. Returns when the loader stops or the main
+    process is gone."""
+    from torch.utils.data._utils import worker as torch_worker
+
+    torch.set_num_threads(1)
+    seed = base_seed + worker
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(torch_worker._generate_state(base_seed, worker))
+    torch_worker._worker_info = torch_worker.WorkerInfo(id=worker, num_workers=workers,
+                                                        seed=seed, dataset=batches)
+    where = f"in DataLoader worker process {worker}"
+    failed = None  # the worker_init_fn's exception, given for every batch
+    try:
+        if init_fn is not None:
+            init_fn(worker)
+    except Exception:
+        failed = ExceptionWrapper(where=where)
+    control, mailbox = control.numpy(), mailbox.numpy()
+    prefetch = mailbox.shape[1]
+    queue.cancel_join_thread()  # a worker stopped with batches unread must not hang exiting
+
+    def wait(semaphore):  # False once the loader stops or its process is gone
+        while not semaphore.acquire(timeout=_POLL):
+            if control[_STOP] or os.getppid() != parent:
+                return False
+        return not control[_STOP]
+
+    while wait(start):
+        epoch, first, end = (int(x) for x in control[[_EPOCH, _FIRST, _END]])
+        for k, b in enumerate(range(first + worker, end, workers)):
+            if not wait(credit):
+                return
+            code, slot = _FAILED, None
+            try:
+                if failed is not None:
+                    raise RuntimeError("worker_init_fn failed")
+                indices, starts = batches._sample(epoch, b)
+                layouts = batches._layouts_of(indices)
+                slot = None if None in layouts else ring.take(worker)
+                if slot is not None:
+                    batches._gather_into(ring.slot(worker, slot), indices, starts, layouts)
+                    code, slot = slot, None
+                else:
+                    queue.put(batches._batch(epoch, b, shared=True))
+                    code = _BY_QUEUE
+            except Exception:
+                if slot is not None:
+                    ring.untake(worker, slot)
+                queue.put(failed or ExceptionWrapper(where=where))
+            mailbox[worker, k % prefetch] = code
+            ready.release()
+
+
+class _Workers:
+    """The iterator of an ExcerptLoader with workers: its own worker processes (see
+    ExcerptLoader) and the main process's side of their protocol."""
+
+    def __init__(self, loader):
+        batches = self._batches = loader.dataset
+        self._num_workers = loader.num_workers
+        self._prefetch = loader.prefetch_factor or 2
+        self._timeout = loader.timeout
+        self._persistent = loader.persistent_workers
+        self._pin_device = loader.pin_memory_device or None
+        self._pin_memory = loader.pin_memory and bool(self._pin_device or
+                                                      torch.cuda.is_available())
+        self._context = loader.multiprocessing_context or torch.multiprocessing
+        self._init_fn = loader.worker_init_fn
+        self._base_seed = torch.empty((), dtype=torch.int64).random_(
+            generator=loader.generator).item()
+        self._mmnpz_ring = _Ring(self._num_workers, self._prefetch + 2, batches._slot_bytes())
+        self._workers = []
+        self._next = self._end = 0
+        self._start_workers()
+        self._reset(loader, first_iter=True)
+
+    def _start_workers(self):
+        context, workers, prefetch = self._context, self._num_workers, self._prefetch
+        self._control = _shared_empty((4,), torch.int64).zero_()
+        self._mailbox = _shared_empty((workers, prefetch), torch.int64).zero_()
+        self._control_np, self._mailbox_np = self._control.numpy(), self._mailbox.numpy()
+        self._start = [context.Semaphore(0) for _ in range(workers)]
+        self._credit = [context.Semaphore(prefetch) for _ in range(workers)]
+        self._ready = [context.Semaphore(0) for _ in range(workers)]
+        self._queues = [context.Queue() for _ in range(workers)]
+        try:
+            for w in range(workers):
+                process = context.Process(
+                    target=_worker_loop, daemon=True,
+                    args=(self._batches, self._mmnpz_ring, self._control, self._mailbox,
+                          self._start[w], self._credit[w], self._ready[w], self._queues[w], w,
+                          workers, self._base_seed, self._init_fn, os.getpid()))
+                process.start()
+                self._workers.append(process)
+        except BaseException:
+            self._stop_workers()
+            raise
+
+    def _stop_workers(self):
+        """Stops the workers (each finishes the batch it is gathering) and frees the slots
+        they took for batches never handed out."""
+        if not self._workers:
+            return
+        self._control_np[_STOP] = 1
+        for semaphore in self._start + self._credit:
+            semaphore.release()
+        for process in self._workers:
+            process.join(timeout=_POLL)
+            if process.is_alive():
+                process.terminate()
+                process.join()
+        self._workers = []
+        for queue in self._queues:
+            queue.close()
+            queue.cancel_join_thread()
+        self._mmnpz_ring.reclaim()
+
+    def _reset(self, loader, first_iter=False):
+        """Begins a pass (the epoch that ExcerptBatches chooses): persistent workers are told
+        to go on, unless the last pass was left before its end (they are restarted then)."""
+        if not first_iter and (self._next < self._end or not self._workers):
+            self._stop_workers()
+            self._start_workers()
+        epoch, first = self._batches._begin_pass()
+        self._epoch, self._first, self._next, self._end = epoch, first, first, len(self._batches)
+        self._control_np[[_EPOCH, _FIRST, _END]] = epoch, first, self._end
+        for semaphore in self._start:
+            semaphore.release()
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._batches)
+
+    def _wait(self, w, take):
+        """take(timeout) until it returns True (the worker's batch is ready, or its queue
+        item here), checking meanwhile that worker w lives and the loader's timeout."""
+        deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
+        while True:
+            wait = _POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))
+            if take(wait):
+                return
+            process = self._workers[w]
+            if not process.is_alive():
+                self._stop_workers()
+                raise RuntimeError(f"DataLoader worker (pid {process.pid}) exited unexpectedly "
+                                   f"with exit code {process.exitcode}")
+            if deadline is not None and time.monotonic() >= deadline:
+                self._stop_workers()
+                raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
+
+    def _get(self, w, timeout, got):
+        try:
+            got.append(self._queues[w].get(timeout=timeout))
+            return True
+        except queue_module.Empty:
+            return False
+
+    def __next__(self):
+        if self._next >= self._end or not self._workers:
+            if not self._persistent:
+                self._stop_workers()
+            raise StopIteration
+        b, ring = self._next, self._mmnpz_ring
+        w, k = (b - self._first) % self._num_workers, (b - self._first) // self._num_workers
+        self._wait(w, lambda timeout: self._ready[w].acquire(timeout=timeout))
+        code = int(self._mailbox_np[w, k % self._prefetch])
+        if code >= 0:
+            memory = ring.slot(w, code)
+            ring.lend(w, code)
+            # Every tensor of the batch holds (through its numpy array) the memoryview under
+            # `memory`: when the last is gone the slot is free for the worker's next batch.
+            weakref.finalize(memory.base, ring.give_back, w, code).atexit = False
+            batch = self._batches._from_slot(memory, self._epoch, b)
+        else:
+            got = []
+            self._wait(w, lambda timeout: self._get(w, timeout, got))
+            batch = got[0]
+            if isinstance(batch, ExceptionWrapper):
+                self._stop_workers()
+                batch.reraise()
+        self._credit[w].release()
+        self._next += 1
+        if self._pin_memory:
+            batch = pin_memory(batch, self._pin_device)
+        return batch
+
+    def __del__(self):
+        if getattr(self, "_workers", None):
+            self._stop_workers()
 
 
 class _Pass:

@@ -521,3 +521,102 @@ def test_a_worker_takes_the_free_slot_given_back_last():
     assert ring.take(0) == 0  # the other worker's slots are its own
     assert [ring.take(1) for _ in range(4)] == [1, 0, 3, None]  # 3 was never lent
     assert ring.flags[1].tolist() == [1, 1, 1, 1]
+
+
+def _note_worker(directory):
+    info = torch.utils.data.get_worker_info()
+    (directory / f"worker{info.id}").write_text(
+        json.dumps([info.id, info.num_workers, type(info.dataset).__name__, info.seed,
+                    torch.initial_seed(), torch.get_num_threads()]))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_get_torchs_worker_info_seeds_and_init_fn(shards, tmp_path, context):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    import functools
+
+    got = list(loader(many_batches(shards), num_workers=2, multiprocessing_context=context,
+                      worker_init_fn=functools.partial(_note_worker_in, notes)))
+    assert len(got) == 32
+    seen = [json.loads((notes / f"worker{w}").read_text()) for w in range(2)]
+    assert [s[:3] for s in seen] == [[0, 2, "ExcerptBatches"], [1, 2, "ExcerptBatches"]]
+    assert seen[1][3] == seen[0][3] + 1  # base seed + worker id, as torch's workers
+    assert all(s[4] == s[3] and s[5] == 1 for s in seen)  # torch seeded, one intra-op thread
+
+
+def _note_worker_in(directory, worker_id):
+    _note_worker(directory)
+
+
+def _fail_in_worker_1(worker_id):
+    if worker_id == 1:
+        raise ValueError("no GPU for worker 1")
+
+
+def _exit_in_worker_1(worker_id):
+    if worker_id == 1:
+        os._exit(3)
+
+
+def _hang_in_worker_1(worker_id):
+    if worker_id == 1:
+        import time
+
+        time.sleep(60)
+
+
+def test_a_worker_init_fn_error_is_raised_in_the_main_process(shards):
+    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_fail_in_worker_1))
+    next(it)  # batch 0: worker 0's
+    with pytest.raises(ValueError, match=r"(?s)Caught ValueError in DataLoader worker process "
+                                         r"1\..*no GPU for worker 1"):
+        next(it)
+
+
+def test_a_worker_that_dies_or_hangs_is_an_error_not_a_wait_forever(shards, monkeypatch):
+    monkeypatch.setattr(mmnpz.torch, "_POLL", 0.2)  # checks every 0.2 s, not 5
+    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_exit_in_worker_1))
+    next(it)
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid \d+\) exited unexpectedly "
+                                           r"with exit code 3"):
+        next(it)
+    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_hang_in_worker_1, timeout=0.5))
+    next(it)
+    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0\.5 seconds"):
+        next(it)
+    assert it._iterator._workers == []  # stopped (the hung one terminated)
+
+
+def test_an_archive_cut_under_the_workers_is_an_error_naming_the_member(tmp_path):
+    path = tmp_path / "cut.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, **{f"c{i}": rng.standard_normal((4000, 8)).astype(np.float32)
+                      for i in range(8)})
+    batches = ExcerptBatches(str(path), length=100, batch_size=4, seed=1)  # headers decoded
+    os.truncate(path, os.path.getsize(path) // 3)
+    with pytest.raises(Exception, match=r"(?s)in DataLoader worker process \d.*cut\.npz.*c\d"
+                                        r".*the archive was truncated after it was opened"):
+        list(loader(batches, num_workers=2, multiprocessing_context="fork"))
+
+
+def test_persistent_workers_restart_after_a_pass_left_early(shards):
+    batches = many_batches(shards)
+    want = [epoch_batches(batches, e) for e in range(3)]
+    workers = loader(batches, num_workers=2, multiprocessing_context="fork",
+                     persistent_workers=True)
+    it = iter(workers)
+    pids = [w.pid for w in it._iterator._workers]
+    for got, w in zip(take(it, 3), want[0]):  # left after 3 of 32 batches
+        assert_same_batch(got, w)
+    second = list(workers)  # new workers: the old ones were mid-pass
+    assert [w.pid for w in workers._iterator._workers] != pids
+    pids = [w.pid for w in workers._iterator._workers]
+    third = list(workers)  # the same workers: the last pass was whole
+    assert [w.pid for w in workers._iterator._workers] == pids
+    for got, w in zip(second + third, want[1] + want[2]):
+        assert_same_batch(got, w)
+    assert len(second) == len(third) == 32
