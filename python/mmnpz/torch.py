@@ -586,7 +586,7 @@ _BY_QUEUE, _FAILED = -1, -2
 
 
 def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, worker,
-                 workers, base_seed, init_fn, parent):
+                 workers, base_seed, init_fn):
     """Worker process ``worker`` of a _Workers: for each pass the main process starts (via
     ``control`` and ``start``), gathers batches first + worker, first + worker + workers, ...
     into free slots of ``ring`` (or, when none is free or the batch's layout is only known
@@ -595,6 +595,7 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
     process is gone."""
     from torch.utils.data._utils import worker as torch_worker
 
+    parent = os.getppid()  # the main process, or the forkserver: orphaned when it changes
     torch.set_num_threads(1)
     seed = base_seed + worker
     random.seed(seed)
@@ -683,7 +684,7 @@ class _Workers:
                     target=_worker_loop, daemon=True,
                     args=(self._batches, self._mmnpz_ring, self._control, self._mailbox,
                           self._start[w], self._credit[w], self._ready[w], self._queues[w], w,
-                          workers, self._base_seed, self._init_fn, os.getpid()))
+                          workers, self._base_seed, self._init_fn))
                 process.start()
                 self._workers.append(process)
         except BaseException:

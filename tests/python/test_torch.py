@@ -620,3 +620,31 @@ def test_persistent_workers_restart_after_a_pass_left_early(shards):
     for got, w in zip(second + third, want[1] + want[2]):
         assert_same_batch(got, w)
     assert len(second) == len(third) == 32
+
+
+def test_workers_exit_when_the_main_process_dies_without_stopping_them(shards):
+    """A main process killed (no cleanup) leaves no worker behind: waiting workers check that
+    their parent lives."""
+    program = f"""
+import os, sys
+import mmnpz.torch
+mmnpz.torch._POLL = 0.2
+it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_size=2,
+                             pad="fill", num_workers=2, multiprocessing_context="fork",
+                             persistent_workers=True))
+next(it)
+print(" ".join(str(w.pid) for w in it._iterator._workers), flush=True)
+os._exit(0)
+"""
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    pids = [int(p) for p in run.stdout.split()]
+    assert len(pids) == 2
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    assert alive == [], f"workers {alive} outlived their main process"
