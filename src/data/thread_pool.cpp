@@ -1,13 +1,13 @@
 #include "data/thread_pool.hpp"
 
-#include <system_error>
-
 #include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <new>
+#include <system_error>
 
 namespace mmnpz::detail {
 
@@ -18,12 +18,36 @@ struct thread_pool::job {
   std::size_t helpers = 0;           // how many workers may still join (threads - 1)
   std::atomic<std::size_t> next{0};  // next task to hand out
   std::size_t done = 0;              // finished tasks, under done_mutex
+  std::atomic<bool> finished{false};  // done == n, for a caller spinning in wait()
   std::mutex done_mutex;
   std::condition_variable all_done;
   std::exception_ptr failure;
 };
 
 namespace {
+
+// How long an idle worker, or a caller waiting for the last tasks of its job, spins before
+// it sleeps (see the class description).
+constexpr std::chrono::microseconds spin_time{50};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until done() or spin_time has passed; returns done().
+template <class Done>
+bool spin_until(Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + spin_time;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    cpu_relax();
+  }
+  return true;
+}
 
 std::mutex shared_mutex;
 thread_pool* shared_pool = nullptr;
@@ -67,6 +91,7 @@ thread_pool::~thread_pool() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
+  posted_.fetch_add(1, std::memory_order_release);
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -86,7 +111,10 @@ void thread_pool::execute(job& j) {
   std::lock_guard<std::mutex> lock(j.done_mutex);
   if (failure && !j.failure) j.failure = failure;
   j.done += finished;
-  if (j.done == j.n) j.all_done.notify_all();
+  if (j.done == j.n) {
+    j.finished.store(true, std::memory_order_release);
+    j.all_done.notify_all();
+  }
 }
 
 void thread_pool::enqueue(const std::shared_ptr<job>& j) {
@@ -95,6 +123,7 @@ void thread_pool::enqueue(const std::shared_ptr<job>& j) {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(j);
   }
+  posted_.fetch_add(1, std::memory_order_release);
   for (std::size_t i = 0; i < helpers; ++i) wake_.notify_one();
 }
 
@@ -102,6 +131,7 @@ void thread_pool::ticket::wait() {
   if (!job_) return;
   const std::shared_ptr<job> j = std::move(job_);
   execute(*j);
+  spin_until([&] { return j->finished.load(std::memory_order_acquire); });
   std::unique_lock<std::mutex> lock(j->done_mutex);
   j->all_done.wait(lock, [&] { return j->done == j->n; });
   if (j->failure) std::rethrow_exception(j->failure);
@@ -139,6 +169,8 @@ thread_pool::ticket thread_pool::post(std::size_t n, std::size_t threads,
 void thread_pool::work() {
   for (;;) {
     std::shared_ptr<job> j;
+    const std::size_t seen = posted_.load(std::memory_order_acquire);
+    spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -15,6 +16,12 @@ namespace mmnpz::detail {
 /// a job into tasks 0..n-1 that the calling thread and idle workers take one at a time; it
 /// returns when all are done and rethrows the first exception a task threw. Several threads
 /// may call run() at once: their jobs queue up and workers serve them in order.
+///
+/// An idle worker, and a caller waiting for the last tasks of its job, spin for up to 50 µs
+/// before they sleep: gathers come one after another, and a thread woken from sleep starts
+/// late (on the 2-core development VM, a warm 2-thread gather of 256 excerpts went from
+/// 0.78-0.88 to 0.90-1.04 of a C memcpy of the same pieces). The cost is at most 50 µs of a
+/// core per job that no other job follows.
 class thread_pool {
  public:
   /// The process-wide pool, with hardware_concurrency() - 1 workers (the caller is one more),
@@ -59,6 +66,7 @@ class thread_pool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<job>> queue_;
+  std::atomic<std::size_t> posted_{0};  // jobs enqueued so far, for workers spinning
   std::vector<std::thread> workers_;
   bool stop_ = false;
 };
