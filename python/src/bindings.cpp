@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -13,8 +14,8 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "str_list.hpp"
 #include "mmnpz/mmnpz.hpp"
+#include "str_list.hpp"
 
 namespace py = pybind11;
 
@@ -123,13 +124,30 @@ py::object numpy_dtype(const py::str& descr) {
 // `base` (the whole file's memmap, whose type the view takes).
 py::object memmap_view(const mmnpz::array_view& v, const py::object& base) {
   if (!base) throw py::value_error("the reader has no base memmap (call configure)");
-  py::object dtype = numpy_dtype(py::str(v.type().descr()));
-  std::vector<Py_intptr_t> dims(v.shape().begin(), v.shape().end());
-  std::vector<Py_intptr_t> strides(v.strides().begin(), v.strides().end());
+  // The last descr's dtype is kept: members of one archive mostly share theirs, and making a
+  // str to look it up took about 0.15 us of the view's 1 us (on the development VM).
+  thread_local std::string last_descr;
+  thread_local PyObject* last_dtype = nullptr;  // a strong reference, never released
+  const std::string& descr = v.type().descr();
+  if (!last_dtype || descr != last_descr) {
+    py::object made = numpy_dtype(py::str(descr));
+    Py_XDECREF(last_dtype);
+    last_dtype = made.release().ptr();
+    last_descr = descr;
+  }
+  py::object dtype = py::reinterpret_borrow<py::object>(last_dtype);
+  constexpr std::size_t on_stack = 8;
+  const std::size_t ndim = v.shape().size();
+  Py_intptr_t small[2 * on_stack];
+  std::vector<Py_intptr_t> large(ndim > on_stack ? 2 * ndim : 0);
+  Py_intptr_t* dims = ndim > on_stack ? large.data() : small;
+  Py_intptr_t* strides = dims + std::max(ndim, on_stack);
+  std::copy(v.shape().begin(), v.shape().end(), dims);
+  std::copy(v.strides().begin(), v.strides().end(), strides);
   auto& api = py::detail::npy_api::get();
   PyObject* array = api.PyArray_NewFromDescr_(
-      Py_TYPE(base.ptr()), dtype.inc_ref().ptr(), static_cast<int>(dims.size()), dims.data(),
-      strides.data(), const_cast<std::byte*>(v.data()), /*flags: read-only*/ 0, nullptr);
+      Py_TYPE(base.ptr()), dtype.inc_ref().ptr(), static_cast<int>(ndim), dims, strides,
+      const_cast<std::byte*>(v.data()), /*flags: read-only*/ 0, nullptr);
   if (!array) throw py::error_already_set();
   api.PyArray_SetBaseObject_(array, base.inc_ref().ptr());
   return py::reinterpret_steal<py::object>(array);
