@@ -327,12 +327,12 @@ class Dataset:
         ``io`` says how stored members' bytes are copied: "read" with positional reads from
         the file (no page faults; pieces not in the page cache are read ahead together),
         "map" through the memory mapping, "auto" (default) as the Dataset's ``io`` says,
-        whose "auto" copies through the mapping what this process has used before and
-        faulted in, faults in parts of the file on their second use, reads pieces not in the
-        page cache, and for a first touch takes whichever of reading and faulting in has
-        measured cheaper so far. An archive truncated
-        after it was opened raises mmnpz.FormatError naming the member with "read" (with
-        "map" the process gets SIGBUS).
+        whose "auto" copies through the mapping what this process has faulted in, reads
+        pieces not in the page cache, and reads other parts of the file until reading them
+        again would cost more than faulting them in (by the costs measured so far), then
+        faults them in. An archive truncated after it was opened raises mmnpz.FormatError
+        naming the member (a truncation inside the file's last page can give zeros through
+        the mapping: use "read" for files that may shrink).
         """
         # The one-field case without gather_fields' generality: this runs once per batch.
         try:

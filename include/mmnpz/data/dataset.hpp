@@ -33,10 +33,12 @@ enum class io_mode {
   /// The library chooses for each piece of an excerpt, by what this process did with the
   /// piece's 64 KiB granules of the archive (one byte of state per granule, kept with the
   /// dataset): granules it copied through the mapping are copied again (a plain memcpy: their
-  /// pages are mapped); granules it has seen before are copied through the mapping, which
-  /// faults them in once for every later copy (re-use: another batch, another epoch); an
-  /// untouched granule is read (pread) or faulted in, whichever the first touches so far
-  /// measured cheaper on this machine. Data out of the page cache is always read, as
+  /// pages are mapped); other granules are read (pread) until reading them once more would
+  /// bring what their reads cost to the cost of faulting them in, and then copied through
+  /// the mapping, which faults them in once for every later copy (the ski-rental rule, with
+  /// the costs of reads and faults measured so far on this machine: a granule used once is
+  /// only read where faults cost more than reads, one used again and again is soon mapped).
+  /// Data out of the page cache is always read, as
   /// io_mode::read: each chunk of a batch (about a quarter of a thread's share) copies through
   /// the mapping only when its first such piece is in the page cache (mincore) and its dataset
   /// found no piece out of memory in its last batches; a piece found out of memory marks its

@@ -85,13 +85,12 @@ item_layout batch_layout(const dataset& source, const std::int64_t* indices, std
 /// pad_mode::none, a non-empty member for pad_mode::wrap; out_bytes); errors name the archive
 /// and member. Copies run on the shared thread pool, reading items in file order; no lock
 /// is taken and nothing is allocated per item. Safe to call from many threads at once.
-/// With io_mode::read, an archive that was truncated after it was opened throws
-/// errc::corrupt_zip naming the archive, the member and the offset of the read that came up
-/// short (with io_mode::map, touching the missing pages raises SIGBUS, as for any mapping;
-/// io_mode::automatic copies through the mapping only pages that were in memory when read
-/// or probed with mincore, but a truncation racing with the copy, or inside the file's last
-/// page, is still the mapping's SIGBUS or zeros: force io_mode::read for files that may
-/// shrink).
+/// An archive that was truncated after it was opened throws errc::corrupt_zip naming the
+/// archive, the member and the offset of the read that came up short: a copy through the
+/// mapping (io_mode::map, io_mode::automatic) that meets SIGBUS on the missing pages reads
+/// the piece instead. A truncation inside the file's last page leaves that page mapped with
+/// zeros past the new end, which a copy through the mapping takes: force io_mode::read for
+/// files that may shrink.
 void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
             const excerpt_options& options);
 
