@@ -1,11 +1,12 @@
 /* Does io_uring read evicted pieces faster than what mmnpz's gather does? (issue 11: "io_uring
  * through liburing-dev if it measures better").
  *
- *   queue_pieces MODE PIECES THREADS_OR_DEPTH FILE
+ *   queue_pieces MODE PIECES THREADS_OR_DEPTH FILE [--cached]
  *
  * reads every (offset, length) piece of the PIECES file (the format bench_first_touch.py
  * writes, see pread_pieces.c; one archive) into a batch buffer, one batch at a time, after
- * evicting FILE from the page cache (fdatasync + POSIX_FADV_DONTNEED), with
+ * evicting FILE from the page cache (fdatasync + POSIX_FADV_DONTNEED; not with --cached,
+ * which reads what the page cache holds), with
  *
  *   pread     THREADS threads claiming the batch's pieces one at a time, blocking pread
  *             (pread_pieces.c's baseline);
@@ -142,7 +143,9 @@ static void run_uring(unsigned depth) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) die("usage: queue_pieces pread|willneed|uring PIECES THREADS_OR_DEPTH FILE", NULL);
+  const int cached = argc == 6 && strcmp(argv[5], "--cached") == 0;
+  if (argc != 5 && !cached)
+    die("usage: queue_pieces pread|willneed|uring PIECES THREADS_OR_DEPTH FILE [--cached]", NULL);
   const char *mode = argv[1];
   const unsigned n = (unsigned)atoi(argv[3]);
   if (n == 0) die("threads and depth must be positive", NULL);
@@ -156,8 +159,10 @@ int main(int argc, char **argv) {
   memset(batch, 1, batch_size * slot);
   fd = open(argv[4], O_RDONLY | O_CLOEXEC);
   if (fd < 0) die(argv[4], strerror(errno));
-  if (fdatasync(fd) != 0 && errno != EINVAL) die("fdatasync", strerror(errno));
-  if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) die("posix_fadvise", NULL);
+  if (!cached) {
+    if (fdatasync(fd) != 0 && errno != EINVAL) die("fdatasync", strerror(errno));
+    if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) die("posix_fadvise", NULL);
+  }
 
   const double t0 = now();
   if (strcmp(mode, "pread") == 0)
