@@ -84,13 +84,15 @@ class _Ring:
     the worker about half as much again as the copy itself). ``released`` holds the order in
     which the main process gave the slots back.
 
-    Only the worker sets a flag (when it takes the slot for a batch), and only the main process
+    Only the worker sets a flag (when it takes the slot for a batch), and the main process
     clears it: when the last tensor of the batch made on the slot is gone (a weak reference to
-    the memoryview all of them rest on, so no reference counting). The stores of the next
-    batch cannot pass the main process's last reads of the slot: there, the flag is cleared
-    after torch's atomic (acquire-release) drop of the storage reference; in the worker, the
-    slot is written only once its flag was read as 0 (a control dependency: no CPU makes a
-    store visible ahead of the branch it depends on)."""
+    the memoryview all of them rest on, so no reference counting), or once the workers have
+    stopped, for slots they took for batches never handed out (reclaim). A worker clears the
+    flag of a slot it took only when its gather failed before the slot left it. The stores of
+    the next batch cannot pass the main process's last reads of the slot: there, the flag is
+    cleared after torch's atomic (acquire-release) drop of the storage reference; in the
+    worker, the slot is written only once its flag was read as 0 (a control dependency: no
+    CPU makes a store visible ahead of the branch it depends on)."""
 
     def __init__(self, workers, slots, slot_bytes):
         self.slots, self.slot_bytes = slots, slot_bytes
