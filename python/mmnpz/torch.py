@@ -622,30 +622,33 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
                 return False
         return not control[_STOP]
 
-    while wait(start):
-        epoch, first, end = (int(x) for x in control[[_EPOCH, _FIRST, _END]])
-        for k, b in enumerate(range(first + worker, end, workers)):
-            if not wait(credit):
-                return
-            code, slot = _FAILED, None
-            try:
-                if failed is not None:
-                    raise RuntimeError("worker_init_fn failed")
-                indices, starts = batches._sample(epoch, b)
-                layouts = batches._layouts_of(indices)
-                slot = None if None in layouts else ring.take(worker)
-                if slot is not None:
-                    batches._gather_into(ring.slot(worker, slot), indices, starts, layouts)
-                    code, slot = slot, None
-                else:
-                    queue.put(batches._batch(epoch, b, shared=True))
-                    code = _BY_QUEUE
-            except Exception:
-                if slot is not None:
-                    ring.untake(worker, slot)
-                queue.put(failed or ExceptionWrapper(where=where))
-            mailbox[worker, k % prefetch] = code
-            ready.release()
+    try:
+        while wait(start):
+            epoch, first, end = (int(x) for x in control[[_EPOCH, _FIRST, _END]])
+            for k, b in enumerate(range(first + worker, end, workers)):
+                if not wait(credit):
+                    return
+                code, slot = _FAILED, None
+                try:
+                    if failed is not None:
+                        raise RuntimeError("worker_init_fn failed")
+                    indices, starts = batches._sample(epoch, b)
+                    layouts = batches._layouts_of(indices)
+                    slot = None if None in layouts else ring.take(worker)
+                    if slot is not None:
+                        batches._gather_into(ring.slot(worker, slot), indices, starts, layouts)
+                        code, slot = slot, None
+                    else:
+                        queue.put(batches._batch(epoch, b, shared=True))
+                        code = _BY_QUEUE
+                except Exception:
+                    if slot is not None:
+                        ring.untake(worker, slot)
+                    queue.put(failed or ExceptionWrapper(where=where))
+                mailbox[worker, k % prefetch] = code
+                ready.release()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C reaches the whole process group: the main process reports it
 
 
 class _Workers:

@@ -648,3 +648,33 @@ os._exit(0)
         time.sleep(0.1)
     alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
     assert alive == [], f"workers {alive} outlived their main process"
+
+
+def test_ctrl_c_stops_the_main_process_and_its_workers_quietly(shards):
+    """Ctrl-C reaches the whole process group: the main process raises KeyboardInterrupt,
+    and the workers leave without tracebacks of their own."""
+    import signal
+    import time
+
+    program = f"""
+import sys, time
+import mmnpz.torch
+it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_size=2,
+                             pad="fill", num_workers=2, multiprocessing_context="fork",
+                             persistent_workers=True))
+next(it)
+print("ready", flush=True)
+time.sleep(60)
+"""
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        time.sleep(0.5)  # the workers are waiting on their semaphores
+        os.killpg(child.pid, signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode != 0 and err.rstrip().endswith("KeyboardInterrupt"), err
+    assert err.count("Traceback") == 1, err  # the main process's alone
