@@ -15,13 +15,14 @@ struct thread_pool::job {
   std::function<void(std::size_t)> owned;  // the task of a posted job
   const std::function<void(std::size_t)>* task = nullptr;
   std::size_t n = 0;
-  std::size_t helpers = 0;           // how many workers may still join (threads - 1)
-  std::atomic<std::size_t> next{0};  // next task to hand out
-  std::size_t done = 0;              // finished tasks, under done_mutex
+  std::size_t helpers = 0;            // how many workers may still join (threads - 1)
+  std::atomic<std::size_t> next{0};   // next task to hand out
+  std::size_t done = 0;               // finished tasks, under done_mutex
   std::atomic<bool> finished{false};  // done == n, for a caller spinning in wait()
   std::mutex done_mutex;
   std::condition_variable all_done;
-  std::exception_ptr failure;
+  std::exception_ptr failure;   // that of the lowest-numbered task that threw, under done_mutex
+  std::size_t failed_task = 0;  // its number
 };
 
 namespace {
@@ -98,18 +99,25 @@ thread_pool::~thread_pool() {
 
 void thread_pool::execute(job& j) {
   std::size_t finished = 0;
-  std::exception_ptr failure;
+  std::exception_ptr failure;  // a thread takes tasks in increasing order: its first is lowest
+  std::size_t failed_task = 0;
   for (std::size_t i; (i = j.next.fetch_add(1)) < j.n;) {
     try {
       (*j.task)(i);
     } catch (...) {
-      if (!failure) failure = std::current_exception();
+      if (!failure) {
+        failure = std::current_exception();
+        failed_task = i;
+      }
     }
     ++finished;
   }
   if (finished == 0) return;
   std::lock_guard<std::mutex> lock(j.done_mutex);
-  if (failure && !j.failure) j.failure = failure;
+  if (failure && (!j.failure || failed_task < j.failed_task)) {
+    j.failure = failure;
+    j.failed_task = failed_task;
+  }
   j.done += finished;
   if (j.done == j.n) {
     j.finished.store(true, std::memory_order_release);

@@ -14,7 +14,8 @@ namespace mmnpz::detail {
 
 /// A persistent pool of worker threads shared by every gather in the process. run() splits
 /// a job into tasks 0..n-1 that the calling thread and idle workers take one at a time; it
-/// returns when all are done and rethrows the first exception a task threw. Several threads
+/// returns when all are done and rethrows the exception of the lowest-numbered task that threw
+/// (the same one whichever thread ran what, so errors do not depend on timing). Several threads
 /// may call run() at once: their jobs queue up and workers serve them in order.
 ///
 /// An idle worker, and a caller waiting for the last tasks of its job, spin for up to 50 µs
@@ -44,7 +45,8 @@ class thread_pool {
   class ticket {
    public:
     /// Takes the job's remaining tasks on the calling thread, waits for those the workers
-    /// have, and rethrows the first exception a task threw. Later calls return at once.
+    /// have, and rethrows the exception of the lowest-numbered task that threw. Later calls
+    /// return at once.
     void wait();
 
    private:

@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/thread_pool.hpp"
@@ -31,6 +34,21 @@ TEST_SUITE("thread pool") {
     std::vector<std::atomic<int>> hits(1000);
     pool.run(hits.size(), 4, [&](std::size_t i) { ++hits[i]; });
     for (const auto& h : hits) CHECK(h == 1);
+  }
+
+  TEST_CASE("rethrows the lowest-numbered failing task's exception, whichever threw first") {
+    // Task 500 throws last (after a sleep); the tasks after it throw at once on other threads.
+    mmnpz::detail::thread_pool pool(3);
+    const auto task = [](std::size_t i) {
+      if (i < 500) return;
+      if (i == 500) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      throw std::runtime_error(std::to_string(i));
+    };
+    for (int round = 0; round < 3; ++round) {
+      CHECK_THROWS_WITH_AS(pool.run(1000, 4, task), "500", std::runtime_error);
+      auto ticket = pool.post(1000, 3, task);
+      CHECK_THROWS_WITH_AS(ticket.wait(), "500", std::runtime_error);
+    }
   }
 
   TEST_CASE("a pool the system refuses threads starts fewer and still runs every task") {
