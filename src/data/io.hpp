@@ -122,14 +122,16 @@ class granule_map {
 /// 19 µs each. So a granule is "rented" (read) until renting once more would bring what its
 /// reads cost to a fault's cost, then "bought" (faulted in): the ski-rental rule, which never
 /// costs more than twice what knowing each granule's future use would. Each way keeps a
-/// moving average of nanoseconds per KiB (pieces only; pieces whose pages were not in the
-/// page cache are not recorded); the first `warmup` first touches of each way alternate.
+/// moving average of nanoseconds per KiB over about the last `averaged` copies (pieces only;
+/// pieces whose pages were not in the page cache are not recorded); the first `warmup` first
+/// touches of each way alternate.
 /// While faulting at first touch wins, one first touch in `explore_every` reads, to follow
 /// changes in the cost of reads (faults of re-used granules keep sampling the other way).
 /// Relaxed atomics: concurrent updates may lose a sample, never break a choice.
 class first_touch_costs {
  public:
   static constexpr std::uint32_t warmup = 8;
+  static constexpr std::uint32_t averaged = 64;
   static constexpr std::uint32_t explore_every = 16;
 
   /// True when a piece whose granules not yet mapped were each read at least `reads` times
@@ -143,7 +145,7 @@ class first_touch_costs {
 
  private:
   std::atomic<std::uint32_t> cost_[2] = {};     // [read, map]: ns per KiB
-  std::atomic<std::uint32_t> samples_[2] = {};  // saturating at warmup
+  std::atomic<std::uint32_t> samples_[2] = {};  // saturating at averaged
   std::atomic<std::uint32_t> turns_{0};
 };
 

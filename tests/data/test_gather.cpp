@@ -728,16 +728,32 @@ TEST_SUITE("gather io") {
     int maps = 0;
     for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) maps += c.map_now(0);
     CHECK(maps == 4 * (costs::explore_every - 1));  // one in explore_every reads, to follow
-    // Reads got cheaper: an outlier moves the average by at most (4x - 1) / 8, ...
+    // Reads got cheaper: an outlier counts as 4x the mean of the 8 samples so far, ...
     c.record(false, 1024, 1000000);
-    CHECK(c.cost(false) == 2000 + (8000 - 2000) / 8);
+    CHECK(c.cost(false) == (8 * 2000 + 8000) / 9);
     // ... and enough cheap samples turn the choice: first touches are all read (faults of
     // re-used granules keep sampling the mapping's cost).
-    for (int k = 0; k < 40; ++k) c.record(false, 1024, 100);
+    for (int k = 0; k < 100; ++k) c.record(false, 1024, 100);
     CHECK(c.cost(false) < c.cost(true));
     int reads = 0;
     for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) reads += !c.map_now(0);
     CHECK(reads == 4 * costs::explore_every);
+  }
+
+  TEST_CASE("a cost is the mean of its first samples, then follows about the last 64") {
+    using costs = mmnpz::detail::first_touch_costs;
+    costs c;
+    for (std::uint64_t ns : {1000, 2000, 3000}) c.record(false, 1024, ns);
+    CHECK(c.cost(false) == 2000);
+    for (std::uint32_t k = 3; k < costs::averaged; ++k) c.record(false, 1024, 2000);
+    CHECK(c.cost(false) == 2000);
+    // One sample moves it by a 64th of the difference (at most 3x the cost: 4x counts).
+    c.record(false, 1024, 1000000);
+    CHECK(c.cost(false) == (2000 * 63 + 8000) / 64);
+    for (int k = 0; k < 1000; ++k) c.record(false, 2048, 1000);  // 500 ns per KiB
+    CHECK(c.cost(false) >= 500);
+    CHECK(c.cost(false) < 520);
+    CHECK(c.cost(true) == 0);  // the other way has no sample yet
   }
 
   TEST_CASE("a piece's route counts the fewest reads of its granules that are not mapped") {
