@@ -124,10 +124,10 @@ class granule_map {
 /// costs more than twice what knowing each granule's future use would. Each way keeps a
 /// moving average of nanoseconds per KiB over about the last `averaged` copies (pieces only;
 /// pieces whose pages were not in the page cache are not recorded); the first `warmup` first
-/// touches of each way alternate.
-/// While faulting at first touch wins, one first touch in `explore_every` reads, to follow
-/// changes in the cost of reads (faults of re-used granules keep sampling the other way).
-/// Relaxed atomics: concurrent updates may lose a sample, never break a choice.
+/// touches of each way alternate. While faulting at first touch wins, one first touch in
+/// `explore_every` reads, to follow changes in the cost of reads (faults of re-used granules
+/// keep sampling the other way). Relaxed atomics: concurrent updates may lose a sample, never
+/// break a choice.
 class first_touch_costs {
  public:
   static constexpr std::uint32_t warmup = 8;

@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <stdexcept>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
