@@ -124,6 +124,27 @@ struct chunk_reader {
   const plan& work;
   bool cached = true;  // try RWF_NOWAIT first; cleared at the first piece not in memory
   enum class gate { unknown, open, closed } mapping = gate::unknown;
+
+  // Automatic pieces of the last archive's dataset copied so far, not yet counted in its
+  // first_touch_costs (counted once per chunk, or when the dataset changes: atomics shared by
+  // the threads cost warm copies time when updated per piece).
+  detail::first_touch_costs* touched = nullptr;
+  std::uint64_t first = 0;  // pieces of granules never touched before
+  std::uint64_t again = 0;  // pieces of granules touched before
+
+  chunk_reader(const chunk_reader&) = delete;
+  chunk_reader& operator=(const chunk_reader&) = delete;
+  explicit chunk_reader(const plan& p) : work(p) {}
+  ~chunk_reader() { count(nullptr); }
+
+  // Counts what was touched in `costs` when the next piece is of another dataset's
+  // (nullptr: at the chunk's end).
+  void count(detail::first_touch_costs* costs) {
+    if (costs == touched) return;
+    if (touched) touched->count_touches(first, again);
+    touched = costs;
+    first = again = 0;
+  }
 };
 
 void read_ahead(const plan& p);  // below: starts reading every piece of the plan
@@ -185,6 +206,7 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
   if (t.granules) {  // io_mode::automatic: by what this process did with the granules
     using route = detail::granule_map::route;
     using clock = std::chrono::steady_clock;
+    using way = detail::first_touch_costs::way;
     detail::first_touch_costs& costs = state_of(*t.field->source).first_touch;
     const std::byte* base = t.item->data - t.item->offset;  // the mapping's file offset 0
     const std::byte* src = t.data + row * t.row_bytes;
@@ -193,18 +215,26 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
     const route r = t.granules->route_of(base, src, bytes, &reads);
     // Mapped granules are copied; others are read, or faulted in (once, for every later
     // copy), as first_touch_costs says from how often they were read before; timed.
+    cr.count(&costs);
+    ++(r == route::read ? cr.first : cr.again);
+    // Copies of mapped granules are timed one in copy_sampled (their cost is what a fault
+    // buys); a thread's count, whatever the dataset.
+    thread_local std::uint32_t mapped_copies = 0;
+    const bool timed =
+        r != route::map || ++mapped_copies % detail::first_touch_costs::copy_sampled == 0;
     const bool map = r == route::map || costs.map_now(reads);
     if (map && may_map(t, src, bytes, cr)) {
-      const clock::time_point begin = r == route::map ? clock::time_point() : clock::now();
+      const clock::time_point begin = timed ? clock::now() : clock::time_point();
       if (!detail::copy_from_mapping(dst, src, bytes)) {
         t.granules->forget(base, src, bytes);
         read_rows(t, row, n, dst, cr);  // the file was cut: says where
         return;
       }
-      if (r == route::map) return;
-      t.granules->mark_mapped(base, src, bytes);
+      if (r != route::map) t.granules->mark_mapped(base, src, bytes);
+      if (!timed) return;
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
-      costs.record(/*mapped=*/true, bytes, static_cast<std::uint64_t>(ns.count()));
+      costs.record(r == route::map ? way::copy : way::fault, bytes,
+                   static_cast<std::uint64_t>(ns.count()));
       return;
     }
     const clock::time_point begin = clock::now();
@@ -213,7 +243,7 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
       return;
     }
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin);
-    costs.record(/*mapped=*/false, bytes, static_cast<std::uint64_t>(ns.count()));
+    costs.record(way::read, bytes, static_cast<std::uint64_t>(ns.count()));
     t.granules->mark_read(base, src, bytes);
   } else if (t.fd >= 0) {
     read_rows(t, row, n, dst, cr);

@@ -220,22 +220,36 @@ bool first_touch_costs::map_now(std::uint32_t reads) {
     // Learning: first touches alternate, reading first; re-used granules are faulted in.
     return reads > 0 || map_samples < read_samples;
   }
-  // Ski rental: fault the granules in once reading them once more would bring what their
-  // reads cost to a fault's cost: (reads + 1) * R > F.
-  const std::uint64_t read_cost = cost_[0].load(std::memory_order_relaxed);
-  const std::uint64_t map_cost = cost_[1].load(std::memory_order_relaxed);
-  const bool map = (std::uint64_t{reads} + 1) * read_cost > map_cost;
+  const double read = cost_[0].load(std::memory_order_relaxed);
+  const double fault = cost_[1].load(std::memory_order_relaxed);
+  const double copy = std::min<double>(read, cost_[2].load(std::memory_order_relaxed));
+  // Ski rental on the costs beyond the copy: fault the granules in once reading them once
+  // more would bring what their reads cost beyond copies to what the fault does:
+  // (reads + 1) (R - W) > F - W.
+  bool map = (reads + 1.0) * (read - copy) > fault - copy;
+  if (!map) {
+    // Expected re-use: E more uses of the granule repay the fault, E (R - W) > F - R.
+    const double first = static_cast<double>(first_touches_.load(std::memory_order_relaxed));
+    const double again = static_cast<double>(touches_again_.load(std::memory_order_relaxed));
+    map = first > 0 && again * (read - copy) > first * (fault - read);
+  }
   if (reads > 0 || !map) return map;
   const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
   turns_.store(turn + 1, std::memory_order_relaxed);
   return turn % explore_every != explore_every - 1;  // one first touch in explore_every reads
 }
 
-void first_touch_costs::record(bool mapped, std::uint64_t bytes, std::uint64_t ns) {
+void first_touch_costs::count_touches(std::uint64_t first, std::uint64_t again) {
+  if (first != 0) first_touches_.fetch_add(first, std::memory_order_relaxed);
+  if (again != 0) touches_again_.fetch_add(again, std::memory_order_relaxed);
+}
+
+void first_touch_costs::record(way w, std::uint64_t bytes, std::uint64_t ns) {
   if (bytes == 0) return;
+  const unsigned k = static_cast<unsigned>(w);
   const std::uint64_t per_kib = std::min<std::uint64_t>(ns * 1024 / bytes, UINT32_MAX / 4);
-  const std::uint32_t n = samples_[mapped].load(std::memory_order_relaxed);
-  const std::uint64_t old = cost_[mapped].load(std::memory_order_relaxed);
+  const std::uint32_t n = samples_[k].load(std::memory_order_relaxed);
+  const std::uint64_t old = cost_[k].load(std::memory_order_relaxed);
   // The mean of the samples so far, then of about the last `averaged`: single copies vary by
   // 2x and more (a thread preempted in the middle of one is no measure of the copy: a sample
   // counts for at most 4x the average). An average of about the last 8 swung by a third
@@ -244,9 +258,9 @@ void first_touch_costs::record(bool mapped, std::uint64_t bytes, std::uint64_t n
   const std::uint64_t sample = n == 0 ? per_kib : std::min(per_kib, 4 * old);
   const std::uint64_t weight = std::min<std::uint64_t>(n + 1, averaged);
   const std::uint64_t next = (old * (weight - 1) + sample) / weight;
-  cost_[mapped].store(static_cast<std::uint32_t>(std::max<std::uint64_t>(next, 1)),
+  cost_[k].store(static_cast<std::uint32_t>(std::max<std::uint64_t>(next, 1)),
                       std::memory_order_relaxed);
-  if (n < averaged) samples_[mapped].store(n + 1, std::memory_order_relaxed);
+  if (n < averaged) samples_[k].store(n + 1, std::memory_order_relaxed);
 }
 
 void will_need(int fd, std::uint64_t offset, std::uint64_t n) {

@@ -114,39 +114,63 @@ class granule_map {
 /// Whether a piece of granules this process has not mapped yet is read, or copied through
 /// the mapping, learned from the copies made so far (io_mode::automatic). Reading (pread
 /// from the page cache: no fault, but the kernel looks up and copies each page) costs R per
-/// piece each time; copying through the mapping costs a page fault F once per granule (which
-/// maps the whole 64 KiB granule for every later copy), after which copies are nearly free.
-/// Which way wins depends on the machine, the piece size and how often a granule is used
-/// again: on the 2-core development VM a random 15 KiB pread from the page cache cost
-/// 4-7 µs, the fault and copy 6-11 µs, while page faults on other virtual machines cost up to
-/// 19 µs each. So a granule is "rented" (read) until renting once more would bring what its
-/// reads cost to a fault's cost, then "bought" (faulted in): the ski-rental rule, which never
-/// costs more than twice what knowing each granule's future use would. Each way keeps a
-/// moving average of nanoseconds per KiB over about the last `averaged` copies (pieces only;
-/// pieces whose pages were not in the page cache are not recorded); the first `warmup` first
-/// touches of each way alternate. While faulting at first touch wins, one first touch in
-/// `explore_every` reads, to follow changes in the cost of reads (faults of re-used granules
-/// keep sampling the other way). Relaxed atomics: concurrent updates may lose a sample, never
-/// break a choice.
+/// piece each time; copying through the mapping costs a page fault once per granule (which
+/// maps the whole 64 KiB granule for every later copy): F for that first copy, W for each
+/// later one. Which way wins depends on the machine, the piece size and how often a granule
+/// is used again: on the 2-core development VM a random 15 KiB pread from the page cache cost
+/// 4-7 µs, the fault and copy 6-11 µs, a later copy about 1.4 µs, while page faults on other
+/// virtual machines cost up to 19 µs each. Two rules, either of which faults a granule in:
+///
+/// - Ski rental on what each way costs beyond the copy itself: a granule is "rented" (read)
+///   until renting once more would bring the reads' extra cost to the fault's,
+///   (reads + 1) (R - W) > F - W, then "bought" (faulted in). This never costs more than
+///   twice what knowing each granule's future use would.
+/// - Expected re-use: when this process's touches so far came back to granules touched
+///   before E times per granule (touches of granules seen before / first touches), a granule
+///   is bought as soon as that many more uses would repay the fault: E (R - W) > F - R. A
+///   training loop that samples the same archive for many epochs buys at first touch; one
+///   pass over a dataset larger than the batches' reach keeps reading.
+///
+/// Each cost is a moving average of nanoseconds per KiB over about the last `averaged` copies
+/// of its way (pieces only; pieces whose pages were not in the page cache are not recorded;
+/// W is timed on one copy in `copy_sampled` of pages mapped already, and taken as 0 until
+/// timed). The first `warmup` first touches of each of the read and fault ways alternate.
+/// While faulting at first touch wins, one first touch in `explore_every` reads, to follow
+/// changes in the cost of reads (faults of re-used granules keep sampling the other way).
+/// Relaxed atomics: concurrent updates may lose a sample, never break a choice.
 class first_touch_costs {
  public:
   static constexpr std::uint32_t warmup = 8;
   static constexpr std::uint32_t averaged = 64;
   static constexpr std::uint32_t explore_every = 16;
+  static constexpr std::uint32_t copy_sampled = 64;
+
+  /// The ways a piece is copied, each with its cost.
+  enum class way : unsigned {
+    read,   ///< pread from the page cache
+    fault,  ///< through the mapping, faulting granules in
+    copy,   ///< through the mapping, every granule mapped already
+  };
 
   /// True when a piece whose granules not yet mapped were each read at least `reads` times
   /// before (0: a first touch) should now be copied through the mapping, false: read again.
   bool map_now(std::uint32_t reads);
-  /// Records a copy of `bytes` that took `ns` nanoseconds, through the mapping (faulting
-  /// granules in) or read.
-  void record(bool mapped, std::uint64_t bytes, std::uint64_t ns);
-  /// The moving average of ns per KiB of each way (0 before its first sample), for tests.
-  std::uint32_t cost(bool mapped) const { return cost_[mapped].load(std::memory_order_relaxed); }
+  /// Records a copy of `bytes` that took `ns` nanoseconds, the way it was made.
+  void record(way w, std::uint64_t bytes, std::uint64_t ns);
+  /// Counts pieces of granules never touched before (`first`) and of granules touched
+  /// before (`again`: read or mapped), for the expected re-use.
+  void count_touches(std::uint64_t first, std::uint64_t again);
+  /// The moving average of ns per KiB of a way (0 before its first sample), for tests.
+  std::uint32_t cost(way w) const {
+    return cost_[static_cast<unsigned>(w)].load(std::memory_order_relaxed);
+  }
 
  private:
-  std::atomic<std::uint32_t> cost_[2] = {};     // [read, map]: ns per KiB
-  std::atomic<std::uint32_t> samples_[2] = {};  // saturating at averaged
+  std::atomic<std::uint32_t> cost_[3] = {};     // by way: ns per KiB
+  std::atomic<std::uint32_t> samples_[3] = {};  // saturating at averaged
   std::atomic<std::uint32_t> turns_{0};
+  std::atomic<std::uint64_t> first_touches_{0};
+  std::atomic<std::uint64_t> touches_again_{0};
 };
 
 /// Replaces the learned choice for tests: 0 or 1 force a read or a map of every piece of an

@@ -715,26 +715,27 @@ TEST_SUITE("gather io") {
 
   TEST_CASE("the first-touch choice alternates while it learns, then takes the cheaper way") {
     using costs = mmnpz::detail::first_touch_costs;
+    using way = costs::way;
     costs c;
     std::vector<bool> warmup;
     for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
       const bool map = c.map_now(0);
       warmup.push_back(map);
-      c.record(map, 4096, map ? 2000 : 8000);  // 500 and 2000 ns per KiB
+      c.record(map ? way::fault : way::read, 4096, map ? 2000 : 8000);  // 500 and 2000 ns per KiB
     }
     for (std::size_t k = 0; k < warmup.size(); ++k) CHECK(warmup[k] == (k % 2 == 1));
-    CHECK(c.cost(true) == 500);
-    CHECK(c.cost(false) == 2000);
+    CHECK(c.cost(way::fault) == 500);
+    CHECK(c.cost(way::read) == 2000);
     int maps = 0;
     for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) maps += c.map_now(0);
     CHECK(maps == 4 * (costs::explore_every - 1));  // one in explore_every reads, to follow
     // Reads got cheaper: an outlier counts as 4x the mean of the 8 samples so far, ...
-    c.record(false, 1024, 1000000);
-    CHECK(c.cost(false) == (8 * 2000 + 8000) / 9);
+    c.record(way::read, 1024, 1000000);
+    CHECK(c.cost(way::read) == (8 * 2000 + 8000) / 9);
     // ... and enough cheap samples turn the choice: first touches are all read (faults of
     // re-used granules keep sampling the mapping's cost).
-    for (int k = 0; k < 100; ++k) c.record(false, 1024, 100);
-    CHECK(c.cost(false) < c.cost(true));
+    for (int k = 0; k < 100; ++k) c.record(way::read, 1024, 100);
+    CHECK(c.cost(way::read) < c.cost(way::fault));
     int reads = 0;
     for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) reads += !c.map_now(0);
     CHECK(reads == 4 * costs::explore_every);
@@ -742,18 +743,20 @@ TEST_SUITE("gather io") {
 
   TEST_CASE("a cost is the mean of its first samples, then follows about the last 64") {
     using costs = mmnpz::detail::first_touch_costs;
+    using way = costs::way;
     costs c;
-    for (std::uint64_t ns : {1000, 2000, 3000}) c.record(false, 1024, ns);
-    CHECK(c.cost(false) == 2000);
-    for (std::uint32_t k = 3; k < costs::averaged; ++k) c.record(false, 1024, 2000);
-    CHECK(c.cost(false) == 2000);
+    for (std::uint64_t ns : {1000, 2000, 3000}) c.record(way::read, 1024, ns);
+    CHECK(c.cost(way::read) == 2000);
+    for (std::uint32_t k = 3; k < costs::averaged; ++k) c.record(way::read, 1024, 2000);
+    CHECK(c.cost(way::read) == 2000);
     // One sample moves it by a 64th of the difference (at most 3x the cost: 4x counts).
-    c.record(false, 1024, 1000000);
-    CHECK(c.cost(false) == (2000 * 63 + 8000) / 64);
-    for (int k = 0; k < 1000; ++k) c.record(false, 2048, 1000);  // 500 ns per KiB
-    CHECK(c.cost(false) >= 500);
-    CHECK(c.cost(false) < 520);
-    CHECK(c.cost(true) == 0);  // the other way has no sample yet
+    c.record(way::read, 1024, 1000000);
+    CHECK(c.cost(way::read) == (2000 * 63 + 8000) / 64);
+    for (int k = 0; k < 1000; ++k) c.record(way::read, 2048, 1000);  // 500 ns per KiB
+    CHECK(c.cost(way::read) >= 500);
+    CHECK(c.cost(way::read) < 520);
+    CHECK(c.cost(way::fault) == 0);  // the other ways have no sample yet
+    CHECK(c.cost(way::copy) == 0);
   }
 
   TEST_CASE("a piece's route counts the fewest reads of its granules that are not mapped") {
@@ -785,13 +788,14 @@ TEST_SUITE("gather io") {
 
   TEST_CASE("a granule is read until its reads would cost more than a fault, then faulted in") {
     using costs = mmnpz::detail::first_touch_costs;
+    using way = costs::way;
     costs c;
     for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
       const bool map = c.map_now(0);
-      c.record(map, 1024, map ? 2500 : 1000);  // a fault costs 2.5 reads
+      c.record(map ? way::fault : way::read, 1024, map ? 2500 : 1000);  // a fault costs 2.5 reads
     }
-    REQUIRE(c.cost(true) == 2500);
-    REQUIRE(c.cost(false) == 1000);
+    REQUIRE(c.cost(way::fault) == 2500);
+    REQUIRE(c.cost(way::read) == 1000);
     CHECK(!c.map_now(0));  // a first touch reads: 1,000 < 2,500
     CHECK(!c.map_now(1));  // read once before: a second read brings the reads to 2,000
     CHECK(c.map_now(2));   // a third would bring them to 3,000: the fault is cheaper
@@ -799,5 +803,47 @@ TEST_SUITE("gather io") {
     // While learning, re-used granules are faulted in (that samples the fault's cost).
     costs learning;
     CHECK(learning.map_now(1));
+  }
+
+  TEST_CASE("what a copy of mapped pages costs is left out of both ways' costs") {
+    using costs = mmnpz::detail::first_touch_costs;
+    using way = costs::way;
+    costs c;
+    for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
+      const bool map = c.map_now(0);
+      c.record(map ? way::fault : way::read, 1024, map ? 2500 : 1000);
+    }
+    c.record(way::copy, 1024, 500);
+    REQUIRE(c.cost(way::copy) == 500);
+    // Reads cost 500 more than a copy, the fault 2,000 more: bought at the fifth touch.
+    CHECK(!c.map_now(0));
+    CHECK(!c.map_now(3));  // four reads' 2,000 beyond copies: as much as the fault's
+    CHECK(c.map_now(4));
+    // A copy timed above a read's cost counts as a read's (reads never cost less).
+    c.record(way::copy, 1024, 100000);
+    CHECK(!c.map_now(200));
+  }
+
+  TEST_CASE("granules are faulted in at first touch once their re-use repays the fault") {
+    using costs = mmnpz::detail::first_touch_costs;
+    using way = costs::way;
+    costs c;
+    for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
+      const bool map = c.map_now(0);
+      c.record(map ? way::fault : way::read, 1024, map ? 2500 : 1000);
+    }
+    c.record(way::copy, 1024, 500);
+    // The fault costs 1,500 more than a read; each later use saves 500: 3 uses repay it.
+    c.count_touches(100, 300);
+    CHECK(!c.map_now(0));
+    CHECK(!c.map_now(1));
+    c.count_touches(0, 1);  // touches came back more than 3 times per granule
+    int maps = 0;
+    for (std::uint32_t k = 0; k < 4 * costs::explore_every; ++k) maps += c.map_now(0);
+    CHECK(maps == 4 * (costs::explore_every - 1));  // one in explore_every still reads
+    CHECK(c.map_now(1));
+    // Touches of new granules bring the re-use down again.
+    c.count_touches(1000, 0);
+    CHECK(!c.map_now(0));
   }
 }

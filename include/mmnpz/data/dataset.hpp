@@ -34,10 +34,13 @@ enum class io_mode {
   /// piece's 64 KiB granules of the archive (one byte of state per granule, kept with the
   /// dataset): granules it copied through the mapping are copied again (a plain memcpy: their
   /// pages are mapped); other granules are read (pread) until reading them once more would
-  /// bring what their reads cost to the cost of faulting them in, and then copied through
-  /// the mapping, which faults them in once for every later copy (the ski-rental rule, with
-  /// the costs of reads and faults measured so far on this machine: a granule used once is
-  /// only read where faults cost more than reads, one used again and again is soon mapped).
+  /// bring what their reads cost beyond a mapped copy to what faulting them in costs beyond
+  /// it, and then copied through the mapping, which faults them in once for every later copy
+  /// (the ski-rental rule, with the costs of reads, faults and mapped copies measured so far
+  /// on this machine: a granule used once is only read where faults cost more than reads,
+  /// one used again and again is soon mapped). Granules are faulted in sooner, at first
+  /// touch, once this process's gathers came back to granules they touched before often
+  /// enough to repay the fault (a training loop's later epochs).
   /// Data out of the page cache is always read, as
   /// io_mode::read: each chunk of a batch (about a quarter of a thread's share) copies through
   /// the mapping only when its first such piece is in the page cache (mincore) and its dataset
