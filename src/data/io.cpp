@@ -158,6 +158,13 @@ std::pair<std::size_t, std::size_t> granule_map::span(const std::byte* base, con
   return {std::min(first_granule, last), std::min(last_granule, last)};
 }
 
+std::uint64_t granule_map::granules_of(const std::byte* base, const std::byte* p,
+                                       std::uint64_t n) const {
+  if (state_.empty()) return 1;
+  const auto [first, last] = span(base, p, n);
+  return last - first + 1;
+}
+
 granule_map::route granule_map::route_of(const std::byte* base, const std::byte* p, std::uint64_t n,
                                          std::uint32_t* reads) const {
   if (reads) *reads = 0;
@@ -207,7 +214,55 @@ void granule_map::forget_after_fork() {
 
 namespace {
 std::atomic<int> forced_first_touch{-1};
+
+// This process's /proc/self/pagemap, opened at first use and again in a child after fork (the
+// parent's descriptor reads the parent's page tables); -1 when it cannot be opened.
+int pagemap_fd() {
+  static std::mutex lock;
+  static int fd = -1;
+  static unsigned opened_at = 0;
+  const std::lock_guard<std::mutex> hold(lock);
+  const unsigned now = forks_so_far();
+  if (fd >= 0 && opened_at == now) return fd;
+  if (fd >= 0) ::close(fd);
+  fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  opened_at = now;
+  return fd;
+}
 }  // namespace
+
+std::uint32_t granule_map::mark_present(const std::byte* base, const std::byte* p) {
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  constexpr std::uintptr_t region = std::uintptr_t{1} << 21;
+  if (state_.empty() || page == 0 || granule_bytes % page != 0) return 0;
+  const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p) / region * region;
+  const std::size_t pages = region / page;
+  std::vector<std::uint64_t> entries(pages);
+  const int fd = pagemap_fd();
+  if (fd < 0) return 0;
+  const auto want = static_cast<ssize_t>(pages * sizeof(std::uint64_t));
+  if (::pread(fd, entries.data(), static_cast<std::size_t>(want),
+              static_cast<off_t>(begin / page * sizeof(std::uint64_t))) != want) {
+    return 0;
+  }
+  const std::uintptr_t origin = reinterpret_cast<std::uintptr_t>(base) >> granule_shift;
+  const std::size_t per_granule = granule_bytes / page;
+  std::uint32_t marked = 0;
+  for (std::size_t k = 0; k < pages / per_granule; ++k) {
+    const std::uintptr_t g = ((begin >> granule_shift) + k);
+    if (g < origin || g - origin >= state_.size()) continue;  // not of this mapping
+    bool all = true;
+    for (std::size_t i = 0; all && i < per_granule; ++i) {
+      all = (entries[k * per_granule + i] >> 63) & 1;  // bit 63: present
+    }
+    if (!all) continue;
+    std::atomic<std::uint8_t>& s = state_[g - origin];
+    if (s.load(std::memory_order_relaxed) == mapped) continue;
+    s.store(mapped, std::memory_order_relaxed);
+    ++marked;
+  }
+  return marked;
+}
 
 void set_first_touch_for_testing(int map) { forced_first_touch = map; }
 
@@ -237,6 +292,17 @@ bool first_touch_costs::map_now(std::uint32_t reads) {
   const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
   turns_.store(turn + 1, std::memory_order_relaxed);
   return turn % explore_every != explore_every - 1;  // one first touch in explore_every reads
+}
+
+bool first_touch_costs::probe_now() {
+  const std::uint32_t n = probes_.fetch_add(1, std::memory_order_relaxed);
+  return n < probe_first || wide_.load(std::memory_order_relaxed) > 0 || n % probe_every == 0;
+}
+
+void first_touch_costs::probed(bool wider) {
+  const std::uint32_t w = wide_.load(std::memory_order_relaxed);
+  wide_.store(wider ? std::min<std::uint32_t>(w + 4, 64) : (w > 0 ? w - 1 : 0),
+              std::memory_order_relaxed);
 }
 
 void first_touch_costs::count_touches(std::uint64_t first, std::uint64_t again) {

@@ -91,6 +91,8 @@ class granule_map {
   /// mapped was read (0 for route::read; 0 too for route::map).
   route route_of(const std::byte* base, const std::byte* p, std::uint64_t n,
                  std::uint32_t* reads = nullptr) const;
+  /// How many granules the piece [p, p + n) overlaps (at least 1).
+  std::uint64_t granules_of(const std::byte* base, const std::byte* p, std::uint64_t n) const;
   /// Counts the piece's granules as seen once more (mapped ones stay mapped).
   void mark_read(const std::byte* base, const std::byte* p, std::uint64_t n);
   /// Marks the piece's granules mapped: it was just copied through the mapping.
@@ -99,6 +101,13 @@ class granule_map {
   void forget(const std::byte* base, const std::byte* p, std::uint64_t n);
   /// Marks every granule unseen when the process forked since the last call (cheap otherwise).
   void forget_after_fork();
+  /// After a copy through the mapping faulted in the piece at `p`: marks mapped each granule of
+  /// the 2 MiB of address space around `p` (2 MiB-aligned) whose pages this process's page
+  /// tables all map, as /proc/self/pagemap says. The kernel maps a large folio of the page
+  /// cache whole at one fault (Linux 6.x: up to 2 MiB, 32 granules), not only the granule
+  /// around the fault. Returns how many granules it marked that were not marked mapped
+  /// before (0 when pagemap cannot be read). One read of 4 KiB of pagemap.
+  std::uint32_t mark_present(const std::byte* base, const std::byte* p);
 
  private:
   static constexpr std::uint8_t mapped = 0xff;
@@ -131,6 +140,12 @@ class granule_map {
 ///   training loop that samples the same archive for many epochs buys at first touch; one
 ///   pass over a dataset larger than the batches' reach keeps reading.
 ///
+/// A fault that the kernel answers by mapping more than the piece's granules (a large folio
+/// mapped whole: granule_map::mark_present finds how many) bought all of them: its cost is
+/// recorded divided among them. Whether faults do that is found by looking at the first
+/// `probe_first` of them, then at each while they do, and at one in `probe_every` while they
+/// do not (the look costs about a read).
+///
 /// Each cost is a moving average of nanoseconds per KiB over about the last `averaged` copies
 /// of its way (pieces only; pieces whose pages were not in the page cache are not recorded;
 /// W is timed on one copy in `copy_sampled` of pages mapped already, and taken as 0 until
@@ -144,6 +159,8 @@ class first_touch_costs {
   static constexpr std::uint32_t averaged = 64;
   static constexpr std::uint32_t explore_every = 16;
   static constexpr std::uint32_t copy_sampled = 64;
+  static constexpr std::uint32_t probe_first = 16;
+  static constexpr std::uint32_t probe_every = 64;
 
   /// The ways a piece is copied, each with its cost.
   enum class way : unsigned {
@@ -160,6 +177,10 @@ class first_touch_costs {
   /// Counts pieces of granules never touched before (`first`) and of granules touched
   /// before (`again`: read or mapped), for the expected re-use.
   void count_touches(std::uint64_t first, std::uint64_t again);
+  /// Whether to look, after a fault, for more granules mapped around the piece.
+  bool probe_now();
+  /// What the look found: `wider`, more granules mapped than the piece's own.
+  void probed(bool wider);
   /// The moving average of ns per KiB of a way (0 before its first sample), for tests.
   std::uint32_t cost(way w) const {
     return cost_[static_cast<unsigned>(w)].load(std::memory_order_relaxed);
@@ -171,6 +192,8 @@ class first_touch_costs {
   std::atomic<std::uint32_t> turns_{0};
   std::atomic<std::uint64_t> first_touches_{0};
   std::atomic<std::uint64_t> touches_again_{0};
+  std::atomic<std::uint32_t> probes_{0};  // looks so far, and faults without one since
+  std::atomic<std::uint32_t> wide_{0};    // up 4 at each look that found more, down 1 otherwise
 };
 
 /// Replaces the learned choice for tests: 0 or 1 force a read or a map of every piece of an

@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -413,6 +414,18 @@ ssize_t counting_pread(int fd, void* buf, std::size_t n, off_t offset, int flags
   return ::preadv2(fd, &part, 1, offset, flags);
 }
 
+// counting_pread, with the next `uncached_left` RWF_NOWAIT reads failing as if their pages
+// were out of the page cache (EAGAIN: gather then reads them blocking).
+std::atomic<int> uncached_left{0};
+ssize_t uncached_pread(int fd, void* buf, std::size_t n, off_t offset, int flags) {
+  if (flags != 0 && uncached_left.fetch_sub(1) > 0) {
+    ++pread_calls;
+    errno = EAGAIN;
+    return -1;
+  }
+  return counting_pread(fd, buf, n, offset, flags);
+}
+
 // Forces io_mode::automatic's choice for pieces of untouched granules (0: read, 1: map) in a
 // scope, instead of the cheaper way measured so far.
 struct first_touch_seam {
@@ -692,6 +705,32 @@ TEST_SUITE("gather io") {
     CHECK(pread_calls == 1);
   }
 
+  TEST_CASE("a few pieces out of the page cache are read where they are; many make batches cold") {
+    const auto ds = make("g_io_cold.npz", {20000, 20000, 20000});
+    const pread_seam seam(&uncached_pread);
+    std::vector<std::int64_t> starts(64);
+    for (std::size_t k = 0; k < starts.size(); ++k) starts[k] = static_cast<std::int64_t>(k * 300);
+    const std::vector<std::int64_t> zero(64, 0), one(64, 1), two(64, 2);
+    {
+      const first_touch_seam maps_first(1);
+      REQUIRE(auto_reads(ds, zero, starts, 10) == 0);  // member 0 is mapped
+    }
+    const first_touch_seam reads_first(0);
+    // Two of the batch's pieces out of memory (a batch of 64 turns cold at its third):
+    // read where they are. Member 0 is then still copied through the mapping.
+    uncached_left = 2;
+    auto_reads(ds, two, starts, 10);
+    CHECK(uncached_left <= 0);
+    uncached_left = 0;
+    CHECK(auto_reads(ds, zero, starts, 10) == 0);
+    // Every piece out of memory: that batch and the next ones are cold, read (the mapping
+    // is left alone while pages arrive), member 0's mapped pieces too.
+    uncached_left = 1000;
+    auto_reads(ds, one, starts, 10);
+    uncached_left = 0;
+    CHECK(auto_reads(ds, zero, starts, 10) == 64);
+  }
+
   TEST_CASE("a forked child reads first what its parent had copied through the mapping") {
     const auto ds = make("g_io_granules_fork.npz", {20000});
     const pread_seam seam(&counting_pread);
@@ -784,6 +823,58 @@ TEST_SUITE("gather io") {
     g.mark_mapped(file, first, 50);
     CHECK(g.route_of(file, across, 200, &reads) == map::route::map);
     CHECK(reads == 0);
+  }
+
+  TEST_CASE("granules whose pages the page tables all map are found and marked mapped") {
+    using map = mmnpz::detail::granule_map;
+    constexpr std::size_t region = 2 << 20, g = mmnpz::detail::granule_bytes;
+    const long page = ::sysconf(_SC_PAGESIZE);
+    REQUIRE(page == 4096);
+    // 2 MiB of anonymous memory on a 2 MiB boundary, in 4 KiB pages, none touched yet.
+    void* raw = ::mmap(nullptr, 2 * region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+    REQUIRE(raw != MAP_FAILED);
+    auto* base = reinterpret_cast<std::byte*>(
+        (reinterpret_cast<std::uintptr_t>(raw) + region - 1) / region * region);
+    REQUIRE(::madvise(base, region, MADV_NOHUGEPAGE) == 0);
+    map m;
+    m.cover(region);
+    CHECK(m.mark_present(base, base + 100) == 0);  // nothing mapped yet
+    for (std::size_t k = 0; k < 3 * g; k += 4096) base[k] = std::byte{1};  // granules 0-2
+    for (std::size_t k = 5 * g; k < 6 * g - 4096; k += 4096) base[k] = std::byte{1};  // 15/16
+    CHECK(m.route_of(base, base + g, 10) == map::route::read);
+    CHECK(m.mark_present(base, base + 4 * g) == 3);
+    CHECK(m.route_of(base, base + g, 10) == map::route::map);
+    CHECK(m.route_of(base, base + 2 * g + 100, g) == map::route::read);  // granule 3: no
+    CHECK(m.route_of(base, base + 5 * g, 10) == map::route::read);  // one page missing
+    CHECK(m.mark_present(base, base + 100) == 0);  // found before
+    // A map that begins after the region's start marks only its own granules.
+    map later;
+    later.cover(region);
+    CHECK(later.mark_present(base + 2 * g, base + 2 * g) == 1);
+    CHECK(later.route_of(base + 2 * g, base + 2 * g, 10) == map::route::map);
+    ::munmap(raw, 2 * region);
+  }
+
+  TEST_CASE("faults are looked at first, then while they map more than their granules") {
+    using costs = mmnpz::detail::first_touch_costs;
+    costs c;
+    int looks = 0;
+    for (std::uint32_t k = 0; k < costs::probe_first; ++k) {
+      looks += c.probe_now();
+      c.probed(false);
+    }
+    CHECK(looks == static_cast<int>(costs::probe_first));
+    looks = 0;
+    for (std::uint32_t k = 0; k < 4 * costs::probe_every; ++k) looks += c.probe_now();
+    CHECK(looks == 4);  // one in probe_every while faults map only their own granules
+    c.probed(true);
+    looks = 0;
+    for (int k = 0; k < 4; ++k) {
+      looks += c.probe_now();
+      c.probed(false);
+    }
+    CHECK(looks == 4);  // a wide fault: every fault is looked at for a while
   }
 
   TEST_CASE("a granule is read until its reads would cost more than a fault, then faulted in") {
