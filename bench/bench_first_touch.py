@@ -7,7 +7,11 @@ mappings), several times, keeping the best of each figure:
 
   case                                      compared with (same run)
   gather in a fresh process                 the same batches gathered again in that process
-    (page cache warm, mapping new)
+    (page cache warm, mapping new), twice:
+    the archive read into the page cache in
+    file order (large folios), and brought in
+    64 KiB at a time (4 KiB pages, as random
+    reads leave it); see fill()
   gather with the archive evicted from      bench/pread_pieces.c pread-ing exactly the same
     the page cache (after opening, before     (file, offset, length) pieces on as many
     the first gather: POSIX_FADV_DONTNEED,    threads, evicted the same way (checksums
@@ -27,7 +31,9 @@ mappings), several times, keeping the best of each figure:
                                               a private copy of the archive in DRAM
 
 Batches: 256 excerpts of 48 frames drawn by one weighted sampler (the same batches for every
-case and its comparison). Prints a Markdown table (figure, comparison, ratio, target, met),
+case and its comparison). Before each case the archives are evicted and read into the page
+cache again (in file order, but for the second fresh case), so that no case depends on what
+the one before it left there. Prints a Markdown table (figure, comparison, ratio, target, met),
 writes the figures as JSON (--json) and a bar chart (--plot), and checks that no /dev/shm
 segment or temporary file is left behind. Uses only mmnpz's public Python API; --io MODE
 passes io=MODE to mmnpz.Dataset, Dataset.gather and mmnpz.torch.loader (for the versions that
@@ -183,6 +189,26 @@ def warm(paths):
         with open(p, "rb", buffering=0) as f:
             while f.read(1 << 24):
                 pass
+
+
+def fill(paths, how):
+    """Puts the files in the page cache afresh, in one of two states (what is already cached
+    stays as it was, so each case first evicts). "read": read whole in file order, as cp,
+    cat or any sequential reader leaves a file (the kernel's readahead makes large folios
+    where the file system has them: on ext4 under Linux 6.18, 2 MiB ones that one page fault
+    maps whole). "pages": brought in 64 KiB at a time by POSIX_FADV_WILLNEED, as random
+    reads leave a file, a gather's of evicted data included (4 KiB pages: a fault maps 64
+    KiB of them, a read looks each up)."""
+    evict(paths)
+    if how == "pages":
+        for p in paths:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                for offset in range(0, os.fstat(fd).st_size, 1 << 16):
+                    os.posix_fadvise(fd, offset, 1 << 16, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+    warm(paths)  # "pages": waits for the reads above (and reads what they left out)
 
 
 # ---- Cases, each run in a fresh process (`--child NAME PARAMS`) ----------------------------
@@ -618,8 +644,14 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
     raw = {}
     for r in range(runs):
         print(f"  run {r + 1}/{runs} ...", file=sys.stderr, flush=True)
+        if "fresh" in cases:
+            fill(paths, "pages")
+            cached = resident(paths)
+            got = in_child("fresh", dict(base, batches=batches))
+            got["resident_at_start"] = cached
+            raw.setdefault("fresh_pages", []).append(got)
         if "fresh" in cases or "memcpy" in cases:
-            warm(paths)
+            fill(paths, "read")
             cached = resident(paths)
             got = in_child("fresh", dict(base, batches=batches))
             got["resident_at_start"] = cached
@@ -647,14 +679,14 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
                                  f"are wrong")
             raw.setdefault("evicted", []).append(got)
         if "torch" in cases:
-            warm(paths)
+            fill(paths, "read")
             params = dict(base, batches=torch_batches, samples=torch_batches * BATCH)
             got = {"loader": in_child("loader", params), "torch": in_child("torch", params)}
             if got["loader"]["samples"] != got["torch"]["samples"]:
                 raise SystemExit("mmnpz.Loader and mmnpz.torch.loader yielded other batches")
             raw.setdefault("torch", []).append(got)
         if "open" in cases or "access" in cases:
-            warm([base["many"]])
+            fill([base["many"]], "read")
         if "open" in cases:
             raw.setdefault("open", []).append(
                 {"mmnpz": in_child("open", dict(base, **{"with": "mmnpz"})),
@@ -703,19 +735,22 @@ def row(bars, case, unit, comparison, values, comparison_values, target, **extra
 def summarize(raw, cases, notes):
     rows = []
     if "fresh" in raw and "fresh" in cases:
-        r = raw["fresh"]
-        res = r[-1]["resident_at_start"]
-        rows.append(row(("fresh", "warm"),
-                        "gather in a fresh process (page cache warm, mapping new)", "excerpts/s",
-                        "the same batches once warm (same process)",
-                        [x["excerpts"] / x["fresh_s"] for x in r],
-                        [x["excerpts"] / x["warm_s"] for x in r], (">=", 0.5),
-                        open_s=min(x["open_s"] for x in r)))
-        notes.append(f"fresh: {res[0]:,} of {res[1]:,} archive pages resident before the "
-                     f"fresh process started; Dataset open took "
-                     f"{min(x['open_s'] for x in r) * 1e3:.0f} ms (not in the figure); "
-                     f"{r[0]['excerpts'] // BATCH} batches, the warm figure the fastest of "
-                     f"{WARM_PASSES} passes; gather and C memcpy into page-aligned batches")
+        for key, state in (("fresh", "read in file order: large folios"),
+                           ("fresh_pages", "brought in by random reads: 4 KiB pages")):
+            r = raw[key]
+            res = r[-1]["resident_at_start"]
+            rows.append(row(("fresh", "warm"),
+                            f"gather in a fresh process (page cache warm, {state}; mapping "
+                            f"new)", "excerpts/s", "the same batches once warm (same process)",
+                            [x["excerpts"] / x["fresh_s"] for x in r],
+                            [x["excerpts"] / x["warm_s"] for x in r], (">=", 0.5),
+                            open_s=min(x["open_s"] for x in r)))
+            notes.append(f"{key}: {res[0]:,} of {res[1]:,} archive pages resident before the "
+                         f"fresh process started; Dataset open took "
+                         f"{min(x['open_s'] for x in r) * 1e3:.0f} ms (not in the figure); "
+                         f"{r[0]['excerpts'] // BATCH} batches, the warm figure the fastest of "
+                         f"{WARM_PASSES} passes; gather and C memcpy into page-aligned "
+                         f"batches")
     if "evicted" in raw:
         r = raw["evicted"]
         left = max(x["resident_after"][0] / x["resident_after"][1] for x in r)
@@ -849,7 +884,7 @@ def plot(rows, path, command):
 
     columns = min(3, len(rows))
     lines = -(-len(rows) // columns)
-    fig, axes = plt.subplots(lines, columns, figsize=(4 * columns, 3.6 * lines + 0.6),
+    fig, axes = plt.subplots(lines, columns, figsize=(4 * columns, 4.1 * lines + 0.6),
                              squeeze=False)
     for ax in axes.flat[len(rows):]:
         ax.axis("off")
