@@ -426,6 +426,18 @@ ssize_t uncached_pread(int fd, void* buf, std::size_t n, off_t offset, int flags
   return counting_pread(fd, buf, n, offset, flags);
 }
 
+// Takes `c` through its learning: first touches alternate, reads costing `read_ns` and faults
+// `fault_ns` per KiB; then one copy of mapped pages costing `copy_ns` per KiB, unless 0.
+void learn(mmnpz::detail::first_touch_costs& c, std::uint64_t read_ns, std::uint64_t fault_ns,
+           std::uint64_t copy_ns = 0) {
+  using way = mmnpz::detail::first_touch_costs::way;
+  for (std::uint32_t k = 0; k < 2 * mmnpz::detail::first_touch_costs::warmup; ++k) {
+    const bool map = c.map_now(0);
+    c.record(map ? way::fault : way::read, 1024, map ? fault_ns : read_ns);
+  }
+  if (copy_ns != 0) c.record(way::copy, 1024, copy_ns);
+}
+
 // Forces io_mode::automatic's choice for pieces of untouched granules (0: read, 1: map) in a
 // scope, instead of the cheaper way measured so far.
 struct first_touch_seam {
@@ -881,10 +893,7 @@ TEST_SUITE("gather io") {
     using costs = mmnpz::detail::first_touch_costs;
     using way = costs::way;
     costs c;
-    for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
-      const bool map = c.map_now(0);
-      c.record(map ? way::fault : way::read, 1024, map ? 2500 : 1000);  // a fault costs 2.5 reads
-    }
+    learn(c, 1000, 2500);  // a fault costs 2.5 reads
     REQUIRE(c.cost(way::fault) == 2500);
     REQUIRE(c.cost(way::read) == 1000);
     CHECK(!c.map_now(0));  // a first touch reads: 1,000 < 2,500
@@ -900,11 +909,7 @@ TEST_SUITE("gather io") {
     using costs = mmnpz::detail::first_touch_costs;
     using way = costs::way;
     costs c;
-    for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
-      const bool map = c.map_now(0);
-      c.record(map ? way::fault : way::read, 1024, map ? 2500 : 1000);
-    }
-    c.record(way::copy, 1024, 500);
+    learn(c, 1000, 2500, 500);
     REQUIRE(c.cost(way::copy) == 500);
     // Reads cost 500 more than a copy, the fault 2,000 more: bought at the fifth touch.
     CHECK(!c.map_now(0));
@@ -917,13 +922,8 @@ TEST_SUITE("gather io") {
 
   TEST_CASE("granules are faulted in at first touch once their re-use repays the fault") {
     using costs = mmnpz::detail::first_touch_costs;
-    using way = costs::way;
     costs c;
-    for (std::uint32_t k = 0; k < 2 * costs::warmup; ++k) {
-      const bool map = c.map_now(0);
-      c.record(map ? way::fault : way::read, 1024, map ? 2500 : 1000);
-    }
-    c.record(way::copy, 1024, 500);
+    learn(c, 1000, 2500, 500);
     // The fault costs 1,500 more than a read; each later use saves 500: 3 uses repay it.
     c.count_touches(100, 300);
     CHECK(!c.map_now(0));
