@@ -122,7 +122,7 @@ struct plan;
 // through the mapping.
 struct chunk_reader {
   const plan& work;
-  bool cached = true;  // try RWF_NOWAIT first; cleared at the first piece not in memory
+  bool cached = true;  // try RWF_NOWAIT first; cleared once the batch is taken for cold
   enum class gate { unknown, open, closed } mapping = gate::unknown;
 
   // Automatic pieces of the last archive's dataset copied so far, not yet counted in its

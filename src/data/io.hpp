@@ -53,7 +53,8 @@ bool copy_from_mapping(std::byte* dst, const std::byte* src, std::size_t n);
 bool resident(const std::byte* data, std::uint64_t n);
 
 /// Bytes of one granule of a granule_map: the kernel's fault-around, which maps up to this
-/// many cached pages around a faulting address (aligned in the address space) at once.
+/// many cached pages around a faulting address (aligned in the address space) at once (a
+/// large folio of the page cache is mapped whole: see granule_map::mark_present).
 constexpr unsigned granule_shift = 16;
 constexpr std::uint64_t granule_bytes = std::uint64_t{1} << granule_shift;
 
