@@ -295,6 +295,8 @@ bool first_touch_costs::map_now(std::uint32_t reads) {
 }
 
 bool first_touch_costs::probe_now() {
+  // A forced choice (tests) maps what the kernel mapped, not more: routes stay predictable.
+  if (forced_first_touch.load(std::memory_order_relaxed) >= 0) return false;
   const std::uint32_t n = probes_.fetch_add(1, std::memory_order_relaxed);
   return n < probe_first || wide_.load(std::memory_order_relaxed) > 0 || n % probe_every == 0;
 }

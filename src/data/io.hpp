@@ -198,8 +198,9 @@ class first_touch_costs {
 };
 
 /// Replaces the learned choice for tests: 0 or 1 force a read or a map of every piece of an
-/// unseen granule, and a map of every piece of granules read before; -1 restores learning.
-/// Set it before a gather.
+/// unseen granule, and a map of every piece of granules read before, and no fault is looked
+/// at for more granules mapped (first_touch_costs::probe_now); -1 restores learning. Set it
+/// before a gather.
 void set_first_touch_for_testing(int map);
 
 /// Asks the kernel to start reading [offset, offset + n) of `fd` into the page cache
