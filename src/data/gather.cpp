@@ -244,16 +244,8 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
         if (timed) costs.record(way::copy, bytes, static_cast<std::uint64_t>(ns));
         return;
       }
-      // The fault may have mapped more than the piece's granules (a large folio, whole):
-      // they were all bought by it, at a share of its cost each.
-      const std::uint64_t own = t.granules->granules_of(base, src, bytes);
-      std::uint64_t bought = own;
-      if (costs.probe_now()) {
-        bought = std::max<std::uint64_t>(own, t.granules->mark_present(base, src));
-        costs.probed(bought > own);
-      }
-      t.granules->mark_mapped(base, src, bytes);
-      costs.record(way::fault, bytes * bought / own, static_cast<std::uint64_t>(ns));
+      // The fault may have mapped more than the piece's granules (a large folio, whole).
+      costs.record_fault(*t.granules, base, src, bytes, static_cast<std::uint64_t>(ns));
       return;
     }
     const clock::time_point begin = clock::now();

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -237,7 +238,8 @@ std::uint32_t granule_map::mark_present(const std::byte* base, const std::byte* 
   if (state_.empty() || page == 0 || granule_bytes % page != 0) return 0;
   const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p) / region * region;
   const std::size_t pages = region / page;
-  std::vector<std::uint64_t> entries(pages);
+  std::array<std::uint64_t, 512> entries;  // of 4 KiB pages; fewer of larger ones
+  if (pages > entries.size()) return 0;
   const int fd = pagemap_fd();
   if (fd < 0) return 0;
   const auto want = static_cast<ssize_t>(pages * sizeof(std::uint64_t));
@@ -294,6 +296,18 @@ bool first_touch_costs::map_now(std::uint32_t reads) {
   return turn % explore_every != explore_every - 1;  // one first touch in explore_every reads
 }
 
+void first_touch_costs::record_fault(granule_map& granules, const std::byte* base,
+                                     const std::byte* p, std::uint64_t bytes, std::uint64_t ns) {
+  const std::uint64_t own = granules.granules_of(base, p, bytes);
+  std::uint64_t bought = own;
+  if (probe_now()) {
+    bought = std::max<std::uint64_t>(own, granules.mark_present(base, p));
+    probed(bought > own);
+  }
+  granules.mark_mapped(base, p, bytes);
+  record(way::fault, bytes * bought / own, ns);
+}
+
 bool first_touch_costs::probe_now() {
   // A forced choice (tests) maps what the kernel mapped, not more: routes stay predictable.
   if (forced_first_touch.load(std::memory_order_relaxed) >= 0) return false;
@@ -327,7 +341,7 @@ void first_touch_costs::record(way w, std::uint64_t bytes, std::uint64_t ns) {
   const std::uint64_t weight = std::min<std::uint64_t>(n + 1, averaged);
   const std::uint64_t next = (old * (weight - 1) + sample) / weight;
   cost_[k].store(static_cast<std::uint32_t>(std::max<std::uint64_t>(next, 1)),
-                      std::memory_order_relaxed);
+                 std::memory_order_relaxed);
   if (n < averaged) samples_[k].store(n + 1, std::memory_order_relaxed);
 }
 

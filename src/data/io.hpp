@@ -178,6 +178,12 @@ class first_touch_costs {
   /// Counts pieces of granules never touched before (`first`) and of granules touched
   /// before (`again`: read or mapped), for the expected re-use.
   void count_touches(std::uint64_t first, std::uint64_t again);
+  /// Records a copy of `bytes` at `p` that faulted granules in and took `ns` nanoseconds,
+  /// and marks them mapped in `granules` (whose mapping begins at `base`). When it is time to
+  /// look (probe_now), the granules around `p` that the fault mapped too are marked, and the
+  /// fault's cost is shared among all it mapped.
+  void record_fault(granule_map& granules, const std::byte* base, const std::byte* p,
+                    std::uint64_t bytes, std::uint64_t ns);
   /// Whether to look, after a fault, for more granules mapped around the piece.
   bool probe_now();
   /// What the look found: `wider`, more granules mapped than the piece's own.
@@ -193,7 +199,7 @@ class first_touch_costs {
   std::atomic<std::uint32_t> turns_{0};
   std::atomic<std::uint64_t> first_touches_{0};
   std::atomic<std::uint64_t> touches_again_{0};
-  std::atomic<std::uint32_t> probes_{0};  // looks so far, and faults without one since
+  std::atomic<std::uint32_t> probes_{0};  // calls of probe_now: faults so far
   std::atomic<std::uint32_t> wide_{0};    // up 4 at each look that found more, down 1 otherwise
 };
 

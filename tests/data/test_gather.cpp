@@ -438,6 +438,24 @@ void learn(mmnpz::detail::first_touch_costs& c, std::uint64_t read_ns, std::uint
   if (copy_ns != 0) c.record(way::copy, 1024, copy_ns);
 }
 
+// 2 MiB of anonymous memory on a 2 MiB boundary, in 4 KiB pages (no transparent huge page),
+// none touched yet: page tables that a test fills page by page, for pagemap to report.
+struct anonymous_region {
+  static constexpr std::size_t size = std::size_t{2} << 20;
+  void* raw = ::mmap(nullptr, 2 * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                     0);
+  std::byte* base = reinterpret_cast<std::byte*>(
+      (reinterpret_cast<std::uintptr_t>(raw) + size - 1) / size * size);
+  anonymous_region() {
+    REQUIRE(::sysconf(_SC_PAGESIZE) == 4096);
+    REQUIRE(raw != MAP_FAILED);
+    REQUIRE(::madvise(base, size, MADV_NOHUGEPAGE) == 0);
+  }
+  anonymous_region(const anonymous_region&) = delete;
+  anonymous_region& operator=(const anonymous_region&) = delete;
+  ~anonymous_region() { ::munmap(raw, 2 * size); }
+};
+
 // Forces io_mode::automatic's choice for pieces of untouched granules (0: read, 1: map) in a
 // scope, instead of the cheaper way measured so far.
 struct first_touch_seam {
@@ -839,16 +857,9 @@ TEST_SUITE("gather io") {
 
   TEST_CASE("granules whose pages the page tables all map are found and marked mapped") {
     using map = mmnpz::detail::granule_map;
-    constexpr std::size_t region = 2 << 20, g = mmnpz::detail::granule_bytes;
-    const long page = ::sysconf(_SC_PAGESIZE);
-    REQUIRE(page == 4096);
-    // 2 MiB of anonymous memory on a 2 MiB boundary, in 4 KiB pages, none touched yet.
-    void* raw = ::mmap(nullptr, 2 * region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
-    REQUIRE(raw != MAP_FAILED);
-    auto* base = reinterpret_cast<std::byte*>(
-        (reinterpret_cast<std::uintptr_t>(raw) + region - 1) / region * region);
-    REQUIRE(::madvise(base, region, MADV_NOHUGEPAGE) == 0);
+    constexpr std::size_t region = anonymous_region::size, g = mmnpz::detail::granule_bytes;
+    const anonymous_region memory;
+    std::byte* base = memory.base;
     map m;
     m.cover(region);
     CHECK(m.mark_present(base, base + 100) == 0);  // nothing mapped yet
@@ -865,7 +876,31 @@ TEST_SUITE("gather io") {
     later.cover(region);
     CHECK(later.mark_present(base + 2 * g, base + 2 * g) == 1);
     CHECK(later.route_of(base + 2 * g, base + 2 * g, 10) == map::route::map);
-    ::munmap(raw, 2 * region);
+  }
+
+  TEST_CASE("a fault that mapped many granules is recorded at a share of its cost for each") {
+    using costs = mmnpz::detail::first_touch_costs;
+    using way = costs::way;
+    constexpr std::size_t region = anonymous_region::size, g = mmnpz::detail::granule_bytes;
+    const anonymous_region memory;
+    std::byte* base = memory.base;
+    // Granule 0 alone mapped: the fault bought one granule, its whole cost is recorded.
+    base[0] = std::byte{1};
+    mmnpz::detail::granule_map narrow;
+    narrow.cover(region);
+    costs one;
+    learn(one, 1000, 2500);
+    one.record_fault(narrow, base, base + 100, 1024, 8000);
+    CHECK(one.cost(way::fault) == (8 * 2500 + 8000) / 9);
+    // All 32 granules of the region mapped: each bought at a 32nd of the cost.
+    for (std::size_t k = 0; k < region; k += 4096) base[k] = std::byte{1};
+    mmnpz::detail::granule_map wide;
+    wide.cover(region);
+    costs all;
+    learn(all, 1000, 2500);
+    all.record_fault(wide, base, base + 100, 1024, 32 * 1000);
+    CHECK(all.cost(way::fault) == (8 * 2500 + 1000) / 9);
+    CHECK(wide.route_of(base, base + 31 * g, 10) == mmnpz::detail::granule_map::route::map);
   }
 
   TEST_CASE("faults are looked at first, then while they map more than their granules") {
