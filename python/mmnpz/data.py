@@ -331,9 +331,10 @@ class Dataset:
         pieces not in the page cache, and reads other parts of the file until reading them
         again would cost more than faulting them in (by the costs measured so far), then
         faults them in; sooner, at first touch, once this process's gathers come back to
-        the parts they touched often enough to repay the faults. An archive truncated after it was opened raises mmnpz.FormatError
-        naming the member (a truncation inside the file's last page can give zeros through
-        the mapping: use "read" for files that may shrink).
+        the parts they touched often enough to repay the faults. An archive truncated after
+        it was opened raises mmnpz.FormatError naming the member (a truncation inside the
+        file's last page can give zeros through the mapping: use "read" for files that may
+        shrink).
         """
         # The one-field case without gather_fields' generality: this runs once per batch.
         try:

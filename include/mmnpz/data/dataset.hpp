@@ -104,8 +104,9 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& specs);
 /// the unit that gather() and the samplers work on.
 ///
 /// Opening maps every archive, opens a file descriptor on each (O_CLOEXEC; gather reads
-/// through it, see io_mode; it stays valid in a forked child) and decodes every selected member's .npy header (in parallel),
-/// so lengths, dtypes and trailing shapes are known without touching array data. Stored
+/// through it, see io_mode; it stays valid in a forked child) and decodes every selected
+/// member's .npy header (in parallel), so lengths, dtypes and trailing shapes are known
+/// without touching array data. Stored
 /// members stay in the mapping; of a deflated member only the header is inflated at opening,
 /// its data on its first gather, and then held by its reader for the dataset's lifetime (so
 /// store training data uncompressed: `mmnpz align --decompress`). Duplicate names inside one

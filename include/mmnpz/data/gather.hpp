@@ -88,9 +88,10 @@ item_layout batch_layout(const dataset& source, const std::int64_t* indices, std
 /// An archive that was truncated after it was opened throws errc::corrupt_zip naming the
 /// archive, the member and the offset of the read that came up short (of several, the first
 /// in file order, whatever the threads' timing): a copy through the mapping (io_mode::map,
-/// io_mode::automatic) that meets SIGBUS on the missing pages reads the piece instead. A truncation inside the file's last page leaves that page mapped with
-/// zeros past the new end, which a copy through the mapping takes: force io_mode::read for
-/// files that may shrink.
+/// io_mode::automatic) that meets SIGBUS on the missing pages reads the piece instead. A
+/// truncation inside the file's last page leaves that page mapped with zeros past the new
+/// end, which a copy through the mapping takes: force io_mode::read for files that may
+/// shrink.
 void gather(const std::vector<gather_field>& fields, const std::int64_t* starts, std::size_t count,
             const excerpt_options& options);
 
