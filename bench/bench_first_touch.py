@@ -11,7 +11,11 @@ mappings), several times, keeping the best of each figure:
     the archive read into the page cache in
     file order (large folios), and brought in
     64 KiB at a time (4 KiB pages, as random
-    reads leave it); see fill()
+    reads leave it); see fill(). A note gives,
+    for each state, one pass of pread_pieces.c
+    pread-ing the same pieces from the page
+    cache filled the same way: what reading
+    every piece reaches there
   gather with the archive evicted from      bench/pread_pieces.c pread-ing exactly the same
     the page cache (after opening, before     (file, offset, length) pieces on as many
     the first gather: POSIX_FADV_DONTNEED,    threads, evicted the same way (checksums
@@ -649,12 +653,17 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
             cached = resident(paths)
             got = in_child("fresh", dict(base, batches=batches))
             got["resident_at_start"] = cached
+            got["c_pread"] = c_pread_from(binary, "pages", pieces["warm"], base["threads"],
+                                          paths)
             raw.setdefault("fresh_pages", []).append(got)
         if "fresh" in cases or "memcpy" in cases:
             fill(paths, "read")
             cached = resident(paths)
             got = in_child("fresh", dict(base, batches=batches))
             got["resident_at_start"] = cached
+            if "fresh" in cases:
+                got["c_pread"] = c_pread_from(binary, "read", pieces["warm"], base["threads"],
+                                              paths)
             if "memcpy" in cases:
                 got["memcpy"] = pread_pieces(binary, "memcpy", pieces["warm"], base["threads"],
                                              paths, passes=WARM_PASSES)
@@ -695,6 +704,13 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
             raw.setdefault("access", []).append(
                 in_child("access", dict(base, seed=base["seed"] + r)))
     return raw
+
+
+def c_pread_from(binary, how, pieces, threads, paths):
+    """One pass of the C pread loop over the fresh case's pieces, from a page cache filled
+    afresh the same way as for the gather: what reading every piece reaches in that state."""
+    fill(paths, how)
+    return pread_pieces(binary, "pread", pieces, threads, paths)
 
 
 def in_child_generate(root, scale):
@@ -751,6 +767,14 @@ def summarize(raw, cases, notes):
                          f"{r[0]['excerpts'] // BATCH} batches, the warm figure the fastest of "
                          f"{WARM_PASSES} passes; gather and C memcpy into page-aligned "
                          f"batches")
+            if all("c_pread" in x for x in r):
+                c = [x["c_pread"]["pieces"] / x["c_pread"]["seconds"] for x in r]
+                warm = max(x["excerpts"] / x["warm_s"] for x in r)
+                notes.append(f"{key}: a C pread loop of the same pieces on the same threads, "
+                             f"one pass from the page cache filled the same way, "
+                             f"{max(c):,.0f} excerpts/s (runs {', '.join(f'{v:,.0f}' for v in c)}"
+                             f"): {max(c) / warm:.0%} of the warm gather, what reading every "
+                             f"piece reaches there")
     if "evicted" in raw:
         r = raw["evicted"]
         left = max(x["resident_after"][0] / x["resident_after"][1] for x in r)
