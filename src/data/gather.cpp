@@ -59,25 +59,51 @@ void check_layout(const dataset::state& st, std::size_t i, const item_layout& wa
   }
 }
 
-// Copies rows [row, row + n) of a member whose rows are not contiguous (Fortran order, or
-// another stride pattern) element by element into C order.
-void copy_strided(const array_view& v, std::uint64_t row, std::uint64_t n, std::byte* dst) {
-  const std::size_t nd = v.ndim();
-  const std::uint64_t item = v.type().itemsize();
-  std::vector<std::uint64_t> idx(nd, 0);
-  std::uint64_t total = n;
-  for (std::size_t d = 1; d < nd; ++d) total *= v.shape()[d];
-  for (std::uint64_t e = 0; e < total; ++e) {
-    std::int64_t off = static_cast<std::int64_t>(row + idx[0]) * v.strides()[0];
-    for (std::size_t d = 1; d < nd; ++d) off += static_cast<std::int64_t>(idx[d]) * v.strides()[d];
-    std::memcpy(dst, v.data() + off, item);
-    dst += item;
-    for (std::size_t d = nd; d-- > 0;) {
-      const std::uint64_t extent = d == 0 ? n : v.shape()[d];
-      if (++idx[d] < extent) break;
-      idx[d] = 0;
+// Rows [row, row + n) of a member whose rows are not contiguous (Fortran order, or another
+// stride pattern), to copy element by element into C order at `dst`; `idx` has a place for
+// each dimension. Plain data: run() is left by siglongjmp when a page of the file is gone.
+struct strided_copy {
+  const array_view* v;
+  std::uint64_t row;
+  std::uint64_t n;
+  std::byte* dst;
+  std::uint64_t* idx;
+
+  static void run(void* self) {
+    const strided_copy& c = *static_cast<const strided_copy*>(self);
+    const array_view& v = *c.v;
+    const std::size_t nd = v.ndim();
+    const std::uint64_t item = v.type().itemsize();
+    std::byte* dst = c.dst;
+    std::fill(c.idx, c.idx + nd, 0);
+    std::uint64_t total = c.n;
+    for (std::size_t d = 1; d < nd; ++d) total *= v.shape()[d];
+    for (std::uint64_t e = 0; e < total; ++e) {
+      std::int64_t off = static_cast<std::int64_t>(c.row + c.idx[0]) * v.strides()[0];
+      for (std::size_t d = 1; d < nd; ++d) {
+        off += static_cast<std::int64_t>(c.idx[d]) * v.strides()[d];
+      }
+      std::memcpy(dst, v.data() + off, item);
+      dst += item;
+      for (std::size_t d = nd; d-- > 0;) {
+        const std::uint64_t extent = d == 0 ? c.n : v.shape()[d];
+        if (++c.idx[d] < extent) break;
+        c.idx[d] = 0;
+      }
     }
   }
+};
+
+// The bytes of the mapping that `v`'s elements span: [first, first + size).
+std::pair<const std::byte*, std::uint64_t> span_of(const array_view& v) {
+  std::int64_t low = 0;
+  std::int64_t high = static_cast<std::int64_t>(v.type().itemsize());
+  for (std::size_t d = 0; d < v.ndim(); ++d) {
+    if (v.shape()[d] == 0) return {v.data(), 0};
+    const std::int64_t reach = static_cast<std::int64_t>(v.shape()[d] - 1) * v.strides()[d];
+    (reach < 0 ? low : high) += reach;
+  }
+  return {v.data() + low, static_cast<std::uint64_t>(high - low)};
 }
 
 void fill_rows(std::byte* dst, std::uint64_t bytes, const std::vector<std::byte>& element) {
@@ -265,7 +291,20 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
       read_rows(by_read, row, n, dst, cr);
     }
   } else {
-    copy_strided(t.field->source->array(t.index), row, n, dst);
+    // Through the mapping, whatever the io mode: a page the file no longer has is an error.
+    const array_view v = t.field->source->array(t.index);
+    std::vector<std::uint64_t> idx(v.ndim());
+    strided_copy c{&v, row, n, dst, idx.data()};
+    const auto [first, size] = span_of(v);
+    if (const void* at = detail::copy_guarded(first, size, &strided_copy::run, &c)) {
+      const dataset::state& st = state_of(*t.field->source);
+      const std::int64_t gone = static_cast<const std::byte*>(at) - v.data();
+      throw errors::corrupt_zip(st.paths[t.item->shard], st.member_name(t.index),
+                                static_cast<std::uint64_t>(
+                                    static_cast<std::int64_t>(t.item->offset) + gone),
+                                "its bytes from there are gone from the file: the archive was "
+                                "truncated after it was opened");
+    }
   }
 }
 
@@ -508,6 +547,7 @@ std::vector<std::size_t> chunk_bounds(const std::vector<task>& tasks, std::size_
 std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const std::int64_t* starts,
                                 std::size_t count, const excerpt_options& o) {
   validate(o);
+  detail::guard_sigbus();  // before any copy through a mapping, every gather
   auto p = std::make_unique<plan>();
   p->fields = given;
   p->options = o;

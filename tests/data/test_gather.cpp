@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -685,6 +686,72 @@ TEST_SUITE("gather io") {
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
+  TEST_CASE("a SIGBUS that a handler in front of mmnpz's raises again is not a copy's end") {
+    // As Python's faulthandler, enabled during a gather: it catches the copy's SIGBUS, puts
+    // back the handler it found (mmnpz's) and raises the signal again. That one is sent, not
+    // a fault: it is ignored, the copy faults again, and then it is caught. In a child: the
+    // handlers are the process's.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::alarm(20);  // a loop of faults ends by SIGALRM, not by exit code 0
+      char name[] = "/tmp/mmnpz-sigbus-XXXXXX";
+      const int fd = ::mkstemp(name);
+      if (fd < 0 || ::ftruncate(fd, 65536) != 0) std::_Exit(4);
+      void* m = ::mmap(nullptr, 65536, PROT_READ, MAP_SHARED, fd, 0);
+      ::unlink(name);
+      if (m == MAP_FAILED || ::ftruncate(fd, 0) != 0) std::_Exit(4);
+      mmnpz::detail::guard_sigbus();
+      static struct sigaction found {};
+      static volatile int caught = 0;
+      struct sigaction front {};
+      front.sa_handler = [](int sig) {
+        ++caught;
+        ::sigaction(SIGBUS, &found, nullptr);
+        ::raise(sig);
+      };
+      front.sa_flags = SA_NODEFER;
+      sigemptyset(&front.sa_mask);
+      ::sigaction(SIGBUS, &front, &found);
+      std::byte out[4096];
+      const bool copied = mmnpz::detail::copy_from_mapping(out, static_cast<std::byte*>(m), 4096);
+      std::_Exit(!copied && caught == 1 ? 0 : 5);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+
+  TEST_CASE("a SIGBUS outside a copy whose earlier handler returns ends the process") {
+    // As Python's faulthandler, disabled after mmnpz's handler was put in front of it: its
+    // handler returns, and the fault comes back. The second time, the default action.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::alarm(20);
+      char name[] = "/tmp/mmnpz-sigbus-XXXXXX";
+      const int fd = ::mkstemp(name);
+      if (fd < 0 || ::ftruncate(fd, 65536) != 0) std::_Exit(4);
+      void* m = ::mmap(nullptr, 65536, PROT_READ, MAP_SHARED, fd, 0);
+      ::unlink(name);
+      if (m == MAP_FAILED || ::ftruncate(fd, 0) != 0) std::_Exit(4);
+      mmnpz::detail::guard_sigbus();
+      struct sigaction returns {};
+      returns.sa_handler = [](int) {};
+      sigemptyset(&returns.sa_mask);
+      ::sigaction(SIGBUS, &returns, nullptr);
+      mmnpz::detail::guard_sigbus();  // in front of it again, as a gather does
+      volatile std::byte b = *(static_cast<volatile std::byte*>(m) + 100);
+      (void)b;
+      std::_Exit(6);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGBUS);
+  }
+
   TEST_CASE("io=auto reads untouched granules, copies re-used ones through the mapping") {
     // Members of 240,000 bytes: several 64 KiB granules each.
     const auto ds = make("g_io_granules.npz", {20000, 20000, 20000});

@@ -158,3 +158,145 @@ def test_gathering_through_the_mapping_from_an_archive_cut_since_raises_instead_
     member, offset, read = (int(x) for x in got.groups())
     assert offset + read == int(size) if read else offset >= int(size), message
     assert member >= int(64 * cut) - 1, message
+
+
+GATHER_FORTRAN_AFTER_A_CUT = r"""
+import os, sys
+import numpy as np
+import mmnpz
+path, io, cut = sys.argv[1], sys.argv[2], float(sys.argv[3])
+ds = mmnpz.Dataset(path, io=io)
+idx = np.arange(len(ds))
+starts = np.zeros(len(ds), np.int64)
+got = ds.gather(idx, starts, 1024)
+assert all(np.array_equal(got[k], ds[int(k)][:1024]) for k in idx)
+size = int(os.path.getsize(path) * cut)
+os.truncate(path, size)
+try:
+    ds.gather(idx, starts, 1024)
+except mmnpz.FormatError as e:
+    print(size)
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("io", ["auto", "map", "read"])
+def test_gathering_fortran_order_members_from_an_archive_cut_since_raises_instead_of_sigbus(
+        tmp_path, io):
+    """Fortran-order members are copied element by element through the mapping, whatever
+    `io` says: a page the file no longer has is an error naming member and offset (in a
+    child: the old code was killed by the signal)."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "fortran.npz")
+    with mmnpz.NpzWriter(path) as writer:
+        for k in range(16):
+            writer.write(f"f{k}", np.asfortranarray(
+                np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64) + k))  # 1 MiB each
+    assert not mmnpz.load(path)["f3"].flags.c_contiguous
+    starts = {i.filename: i.header_offset for i in zipfile.ZipFile(path).infolist()}
+    run = subprocess.run([sys.executable, "-c", GATHER_FORTRAN_AFTER_A_CUT, path, io, "0.5"],
+                         capture_output=True, text=True, env=dict(os.environ))
+    assert run.returncode == 0, run.stderr[-2000:]
+    size, message = run.stdout.strip().split("\n")
+    got = re.fullmatch(rf"{re.escape(path)}: member 'f(\d+)\.npy' at offset (\d+): its bytes "
+                       r"from there are gone from the file: the archive was truncated after it "
+                       r"was opened", message)
+    assert got, message
+    member, offset = (int(x) for x in got.groups())
+    assert offset >= int(size), message  # a byte past the cut
+    assert starts[f"f{member}.npy"] < offset < starts[f"f{member}.npy"] + 4096 + (1 << 20)
+
+
+def without_faulthandler():
+    """The environment for a child that enables faulthandler only where it says so."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+
+
+GATHER_AFTER_FAULTHANDLER = r"""
+import faulthandler, os, sys
+import numpy as np
+import mmnpz
+path, when = sys.argv[1], sys.argv[2]
+ds = mmnpz.Dataset(path, io="map")
+idx = np.arange(len(ds))
+starts = np.zeros(len(ds), np.int64)
+ds.gather(idx, starts, 1024)  # installs mmnpz's SIGBUS handler
+faulthandler.enable()  # on top of it, as a user or a test runner may do
+if when == "enabled, then disabled":
+    ds.gather(idx, starts, 1024)
+    faulthandler.disable()  # gives back the handler it found
+os.truncate(path, os.path.getsize(path) // 2)
+try:
+    ds.gather(idx, starts, 1024)
+except mmnpz.FormatError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("when", ["enabled", "enabled, then disabled"])
+def test_a_gather_after_faulthandler_replaced_the_sigbus_handler_still_raises_on_a_cut(
+        tmp_path, when):
+    """faulthandler.enable() installs its own SIGBUS handler, which reports a fatal error and
+    ends the process; each gather puts mmnpz's back in front of it (which hands faulthandler
+    every SIGBUS that is not of a gather's copy)."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "cut.npz")
+    with mmnpz.NpzWriter(path) as writer:
+        for k in range(16):
+            writer.write(f"a{k}", np.full((4096, 64), k, np.float32))
+    run = subprocess.run([sys.executable, "-c", GATHER_AFTER_FAULTHANDLER, path, when],
+                         capture_output=True, text=True, env=without_faulthandler(), timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Fatal Python error" not in run.stderr, run.stderr[-2000:]
+    assert re.fullmatch(rf"{re.escape(path)}: member 'a\d+\.npy' at offset \d+: read \d+ of "
+                        r"262144 bytes: the archive was truncated after it was opened",
+                        run.stdout.strip()), run.stdout
+
+
+FOREIGN_SIGBUS = r"""
+import faulthandler, mmap, os, sys
+import numpy as np
+import mmnpz
+path, other, when = sys.argv[1], sys.argv[2], sys.argv[3]
+ds = mmnpz.Dataset(path, io="map")
+ds.gather(np.arange(len(ds)), np.zeros(len(ds), np.int64), 1024)
+if when != "alone":
+    faulthandler.enable()
+    ds.gather(np.arange(len(ds)), np.zeros(len(ds), np.int64), 1024)
+if when == "faulthandler enabled, then disabled":
+    faulthandler.disable()
+with open(other, "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    os.truncate(other, 0)
+    print("touching", flush=True)
+    m[8192]  # not a gather's copy: SIGBUS goes on to what was there before
+print("survived", flush=True)
+"""
+
+
+@pytest.mark.parametrize("when", ["alone", "faulthandler enabled",
+                                  "faulthandler enabled, then disabled"])
+def test_a_sigbus_outside_a_gather_still_ends_the_process(tmp_path, when):
+    """mmnpz's handler passes a SIGBUS that is not of its copies on: to faulthandler while it
+    is enabled (which reports it), else to the default action. Once faulthandler is disabled
+    its handler returns without doing anything; the fault then repeats, and the default
+    action ends the process (not a loop of faults)."""
+    import signal
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "data.npz")
+    with mmnpz.NpzWriter(path) as writer:
+        writer.write("a", np.ones((2048, 8), np.float32))
+    other = str(tmp_path / "other.bin")
+    with open(other, "wb") as f:
+        f.write(b"x" * 65536)
+    run = subprocess.run([sys.executable, "-c", FOREIGN_SIGBUS, path, other, when],
+                         capture_output=True, text=True, env=without_faulthandler(), timeout=120)
+    assert run.returncode == -signal.SIGBUS, (run.returncode, run.stderr[-2000:])
+    assert run.stdout == "touching\n"
+    assert ("Fatal Python error: Bus error" in run.stderr) == (when == "faulthandler enabled")
