@@ -490,6 +490,34 @@ std::int64_t row_at_granule(const mmnpz::dataset& ds, std::size_t item, std::uin
   return static_cast<std::int64_t>((boundary - data + 11) / 12);
 }
 
+// Runs body() in a forked child, which ends it with std::_Exit or a signal, and returns the
+// child's wait status. Signal handlers and cut files stay the child's.
+template <class Body>
+int status_of_child(Body&& body) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(20);  // a child stuck (a loop of faults) ends by SIGALRM
+    body();
+    std::_Exit(6);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return status;
+}
+
+// 64 KiB of a new file mapped read-only, the file then cut to nothing: touching the mapping
+// raises SIGBUS. For a child (see status_of_child): ends it with code 4 on failure.
+const std::byte* mapping_of_a_cut_file() {
+  char name[] = "/tmp/mmnpz-sigbus-XXXXXX";
+  const int fd = ::mkstemp(name);
+  if (fd < 0 || ::ftruncate(fd, 65536) != 0) std::_Exit(4);
+  void* m = ::mmap(nullptr, 65536, PROT_READ, MAP_SHARED, fd, 0);
+  ::unlink(name);
+  if (m == MAP_FAILED || ::ftruncate(fd, 0) != 0) std::_Exit(4);
+  return static_cast<const std::byte*>(m);
+}
+
 }  // namespace
 
 TEST_SUITE("gather io") {
@@ -666,9 +694,7 @@ TEST_SUITE("gather io") {
     const auto ds = make("g_io_truncated_fork.npz", {10, 10});
     const std::string path = ds.paths()[0];
     const std::uint64_t data = ds.array(1).file_offset();
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
+    const int status = status_of_child([&] {
       int code = 3;
       try {
         if (::truncate(path.c_str(), static_cast<off_t>(data)) != 0) std::_Exit(4);
@@ -680,27 +706,17 @@ TEST_SUITE("gather io") {
         code = e.member() == "clip_1.npy" && e.offset() == data ? 0 : 5;
       }
       std::_Exit(code);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
+    });
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
+
   TEST_CASE("a SIGBUS that a handler in front of mmnpz's raises again is not a copy's end") {
     // As Python's faulthandler, enabled during a gather: it catches the copy's SIGBUS, puts
     // back the handler it found (mmnpz's) and raises the signal again. That one is sent, not
-    // a fault: it is ignored, the copy faults again, and then it is caught. In a child: the
-    // handlers are the process's.
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-      ::alarm(20);  // a loop of faults ends by SIGALRM, not by exit code 0
-      char name[] = "/tmp/mmnpz-sigbus-XXXXXX";
-      const int fd = ::mkstemp(name);
-      if (fd < 0 || ::ftruncate(fd, 65536) != 0) std::_Exit(4);
-      void* m = ::mmap(nullptr, 65536, PROT_READ, MAP_SHARED, fd, 0);
-      ::unlink(name);
-      if (m == MAP_FAILED || ::ftruncate(fd, 0) != 0) std::_Exit(4);
+    // a fault: it is ignored, the copy faults again, and then it is caught.
+    const int status = status_of_child([] {
+      const std::byte* m = mapping_of_a_cut_file();
       mmnpz::detail::guard_sigbus();
       static struct sigaction found {};
       static volatile int caught = 0;
@@ -714,11 +730,9 @@ TEST_SUITE("gather io") {
       sigemptyset(&front.sa_mask);
       ::sigaction(SIGBUS, &front, &found);
       std::byte out[4096];
-      const bool copied = mmnpz::detail::copy_from_mapping(out, static_cast<std::byte*>(m), 4096);
+      const bool copied = mmnpz::detail::copy_from_mapping(out, m, sizeof out);
       std::_Exit(!copied && caught == 1 ? 0 : 5);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
+    });
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
@@ -726,28 +740,17 @@ TEST_SUITE("gather io") {
   TEST_CASE("a SIGBUS outside a copy whose earlier handler returns ends the process") {
     // As Python's faulthandler, disabled after mmnpz's handler was put in front of it: its
     // handler returns, and the fault comes back. The second time, the default action.
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-      ::alarm(20);
-      char name[] = "/tmp/mmnpz-sigbus-XXXXXX";
-      const int fd = ::mkstemp(name);
-      if (fd < 0 || ::ftruncate(fd, 65536) != 0) std::_Exit(4);
-      void* m = ::mmap(nullptr, 65536, PROT_READ, MAP_SHARED, fd, 0);
-      ::unlink(name);
-      if (m == MAP_FAILED || ::ftruncate(fd, 0) != 0) std::_Exit(4);
+    const int status = status_of_child([] {
+      const std::byte* m = mapping_of_a_cut_file();
       mmnpz::detail::guard_sigbus();
       struct sigaction returns {};
       returns.sa_handler = [](int) {};
       sigemptyset(&returns.sa_mask);
       ::sigaction(SIGBUS, &returns, nullptr);
       mmnpz::detail::guard_sigbus();  // in front of it again, as a gather does
-      volatile std::byte b = *(static_cast<volatile std::byte*>(m) + 100);
+      volatile std::byte b = *(reinterpret_cast<const volatile std::byte*>(m) + 100);
       (void)b;
-      std::_Exit(6);
-    }
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
+    });
     REQUIRE(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGBUS);
   }
