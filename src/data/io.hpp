@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "detail/sigbus_guard.hpp"
+
 namespace mmnpz::detail {
 
 /// The one system call every data read goes through: pread (flags == 0) or preadv2 with
@@ -39,26 +41,6 @@ void advise_random(int fd);
 /// `path` when the read fails.
 std::uint64_t read_at(int fd, std::uint64_t offset, std::byte* dst, std::uint64_t n, bool nowait,
                       std::string_view path, std::uint64_t done = 0);
-
-/// Installs the SIGBUS handler that copy_from_mapping and copy_guarded need, or installs it
-/// again in front of the one that replaced it since (Python's faulthandler.enable() installs
-/// its own): a gather calls it before its copies. A SIGBUS outside such a copy goes to the
-/// handler that was there before (or ends the process, as without it; also when that handler
-/// returns and the fault comes back).
-void guard_sigbus();
-
-/// Copies n bytes from the file mapping at `src` to `dst`, or returns false when the copy met
-/// SIGBUS at an address of `src`: a page the file no longer has (truncated since it was mapped,
-/// as numpy rewriting the archive in place does). guard_sigbus() must have been called.
-/// `dst` may be partly written when false is returned.
-bool copy_from_mapping(std::byte* dst, const std::byte* src, std::size_t n);
-
-/// Runs copy(context), which reads no more of a file mapping than [src, src + n), and returns
-/// null; or, when it met SIGBUS at an address of that range, stops it there and returns that
-/// address. guard_sigbus() must have been called. copy() is left by siglongjmp then: it must
-/// hold no object with a destructor.
-const void* copy_guarded(const std::byte* src, std::size_t n, void (*copy)(void*),
-                         void* context);
 
 /// True when every page of the file mapping [data, data + n) is in the page cache (mincore;
 /// only the first 64 pages are looked at). Does not say whether this process has faulted

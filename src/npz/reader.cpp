@@ -1,5 +1,6 @@
 #include "mmnpz/reader.hpp"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "detail/errors.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
+#include "detail/sigbus_guard.hpp"
 #include "detail/sparse_slots.hpp"
 #include "mmnpz/npy.hpp"
 #include "npz/view_state.hpp"
@@ -104,6 +106,37 @@ class name_table {
 };
 
 std::uint32_t crc32_of(const std::byte* p, std::uint64_t n) { return crc32(0, p, n); }
+
+// Work on bytes of the file mapping done by detail::copy_guarded (plain data: a page the file
+// no longer has leaves it by siglongjmp).
+struct crc_of_mapping {
+  const std::byte* p;
+  std::uint64_t n;
+  std::uint32_t crc = 0;
+  static void run(void* self) {
+    auto& j = *static_cast<crc_of_mapping*>(self);
+    j.crc = crc32_of(j.p, j.n);
+  }
+};
+struct zlib_step {
+  z_stream* z;
+  int rc = Z_OK;
+  static void run(void* self) {
+    auto& j = *static_cast<zlib_step*>(self);
+    j.rc = ::inflate(j.z, Z_NO_FLUSH);
+  }
+};
+struct libdeflate_whole {
+  const std::byte* in;
+  std::size_t in_size;
+  std::byte* out;
+  std::size_t out_size;
+  inflate_status status = inflate_status::corrupt;
+  static void run(void* self) {
+    auto& j = *static_cast<libdeflate_whole*>(self);
+    j.status = inflate_whole(j.in, j.in_size, j.out, j.out_size);
+  }
+};
 
 std::string hex32(std::uint32_t v) {
   char buf[11];
@@ -285,7 +318,10 @@ class archive {
     check_contents(d);
     if (!d.mapped) return;
     const member_info& m = dir_.members[index];
-    const std::uint32_t actual = crc32_of(contents(d), d.contents_size);
+    crc_of_mapping job{contents(d), d.contents_size};
+    detail::guard_sigbus();
+    guarded(m, d.contents_offset, job.p, job.n, &crc_of_mapping::run, &job);
+    const std::uint32_t actual = job.crc;
     if (actual != m.crc32) {
       throw errors::checksum(path_, m.name, d.contents_offset,
                   "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
@@ -416,6 +452,25 @@ class archive {
     return {source_->data() + at.offset, at.offset};
   }
 
+  // Runs work(job), which reads the mapped bytes [p, p + n) of member `m` (at file offset
+  // `offset`), and throws an error naming the byte where it met a page the file no longer
+  // has (it was cut since it was mapped) instead of SIGBUS. detail::guard_sigbus() must have
+  // been called (once per member: it is a system call).
+  void guarded(const member_info& m, std::uint64_t offset, const std::byte* p, std::uint64_t n,
+               void (*work)(void*), void* job) const {
+    const void* gone = detail::copy_guarded(p, static_cast<std::size_t>(n), work, job);
+    if (!gone) return;
+    struct stat now {};
+    const int fd = source_->descriptor();
+    const std::string ends = fd >= 0 && ::fstat(fd, &now) == 0
+                                 ? ": the file now ends at byte " + std::to_string(now.st_size)
+                                 : "";
+    throw errors::corrupt_zip(path_, m.name,
+                              offset + static_cast<std::uint64_t>(
+                                           static_cast<const std::byte*>(gone) - p),
+                              "the archive was truncated after it was opened" + ends);
+  }
+
   // Reads up to `n` bytes at `offset` of member `m` into `out` (resized to what was read);
   // fewer than `needed` mean that the file was cut since it was opened (the directory placed
   // them before it).
@@ -451,7 +506,11 @@ class archive {
                             std::vector<std::byte>& out) const {
     if (m.uncompressed_size / max_deflate_ratio <= m.compressed_size + 1) {
       out.resize(static_cast<std::size_t>(m.uncompressed_size));
-      if (inflate_whole(at.data, m.compressed_size, out.data(), out.size()) == inflate_status::ok) {
+      libdeflate_whole job{at.data, static_cast<std::size_t>(m.compressed_size), out.data(),
+                           out.size()};
+      detail::guard_sigbus();
+      guarded(m, at.offset, at.data, m.compressed_size, &libdeflate_whole::run, &job);
+      if (job.status == inflate_status::ok) {
         const std::uint32_t crc = crc32_of(out.data(), out.size());
         if (crc != m.crc32) {
           ctx.fail(errc::checksum, at.offset,
@@ -540,6 +599,7 @@ class archive {
     }
     buf.resize(static_cast<std::size_t>(std::min(cap, piece)));
     inflater inf;
+    detail::guard_sigbus();  // before the inflate calls below read the mapping
     z_stream& z = inf.z;
     std::uint64_t in_left = m.compressed_size;
     std::uint64_t out_done = 0;  // bytes inflated
@@ -566,7 +626,9 @@ class archive {
                      std::min<std::uint64_t>(cap - out_done, buf.size() - fill), 1u << 30));
       z.next_out = full ? &spare : reinterpret_cast<Bytef*>(buf.data() + fill);
       const uInt room = z.avail_out;
-      const int rc = ::inflate(&z, Z_NO_FLUSH);
+      zlib_step step{&z};
+      guarded(m, at.offset, at.data, m.compressed_size, &zlib_step::run, &step);
+      const int rc = step.rc;
       const uInt produced = room - z.avail_out;
       if (full && produced > 0) {
         failure = "inflates to more than the " + std::to_string(cap) +

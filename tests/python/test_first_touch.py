@@ -200,9 +200,9 @@ def test_gathering_fortran_order_members_from_an_archive_cut_since_raises_instea
                          capture_output=True, text=True, env=dict(os.environ))
     assert run.returncode == 0, run.stderr[-2000:]
     size, message = run.stdout.strip().split("\n")
-    got = re.fullmatch(rf"{re.escape(path)}: member 'f(\d+)\.npy' at offset (\d+): its bytes "
-                       r"from there are gone from the file: the archive was truncated after it "
-                       r"was opened", message)
+    got = re.fullmatch(rf"{re.escape(path)}: member 'f(\d+)\.npy' at offset (\d+): the "
+                       rf"archive was truncated after it was opened: the file now ends at byte "
+                       rf"{size}", message)
     assert got, message
     member, offset = (int(x) for x in got.groups())
     assert offset >= int(size), message  # a byte past the cut
@@ -300,3 +300,51 @@ def test_a_sigbus_outside_a_gather_still_ends_the_process(tmp_path, when):
     assert run.returncode == -signal.SIGBUS, (run.returncode, run.stderr[-2000:])
     assert run.stdout == "touching\n"
     assert ("Fatal Python error: Bus error" in run.stderr) == (when == "faulthandler enabled")
+
+
+READ_AFTER_A_CUT = r"""
+import os, sys
+import mmnpz
+path, what, cut = sys.argv[1], sys.argv[2], int(sys.argv[3])
+reader = mmnpz.load(path)
+reader.mmap  # the file is mapped before the cut
+os.truncate(path, cut)
+try:
+    if what == "verify":
+        print(next(m for name, m in reader.verify().items() if name.startswith("big")))
+    elif what == "verify one":
+        reader.verify("big")
+    else:
+        reader["big"]
+except mmnpz.FormatError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("kind, what", [("stored", "verify"), ("stored", "verify one"),
+                                        ("deflated", "verify"), ("deflated", "first access")])
+def test_checking_or_inflating_a_member_the_file_lost_since_it_was_mapped_raises(
+        tmp_path, kind, what):
+    """verify() checks stored members' CRC-32 through the mapping, and deflated members are
+    inflated from it: a page the file no longer has is an error naming the member and the
+    byte, not SIGBUS (in a child: the old code was killed by the signal)."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / f"{kind}.npz")
+    big = np.random.default_rng(5).random(1 << 20).astype(np.float32)  # 4 MiB, incompressible
+    save = mmnpz.savez_compressed if kind == "deflated" else mmnpz.savez
+    save(path, small=np.arange(3), big=big)
+    info = zipfile.ZipFile(path).getinfo("big.npy")
+    assert info.compress_type == (zipfile.ZIP_DEFLATED if kind == "deflated" else
+                                  zipfile.ZIP_STORED)
+    # A page boundary in the middle of the member's data: beyond it, every byte faults.
+    cut = (info.header_offset + info.compress_size // 2) // 4096 * 4096
+    run = subprocess.run([sys.executable, "-c", READ_AFTER_A_CUT, path, what, str(cut)],
+                         capture_output=True, text=True, env=without_faulthandler(), timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = re.fullmatch(rf"{re.escape(path)}: member 'big\.npy' at offset (\d+): the archive "
+                       rf"was truncated after it was opened: the file now ends at byte {cut}",
+                       run.stdout.strip())
+    assert got, run.stdout
+    assert cut <= int(got.group(1)) < cut + 4096, run.stdout
