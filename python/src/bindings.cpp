@@ -413,8 +413,12 @@ field (what numpy compares with max_header_size).)")
       .def(
           "bytes",
           [](const py_reader& p, std::size_t i) {
-            const mmnpz::bytes_view b = p.r.bytes(i);
-            return py::bytes(reinterpret_cast<const char*>(b.data), b.size);
+            const auto n = static_cast<Py_ssize_t>(p.r.bytes(i).size);
+            py::object out = py::reinterpret_steal<py::object>(
+                PyBytes_FromStringAndSize(nullptr, n));
+            if (!out) throw py::error_already_set();
+            p.r.copy_bytes(i, reinterpret_cast<std::byte*>(PyBytes_AS_STRING(out.ptr())));
+            return out;
           },
           py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
       .def(

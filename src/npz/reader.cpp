@@ -118,6 +118,15 @@ struct crc_of_mapping {
     j.crc = crc32_of(j.p, j.n);
   }
 };
+struct copy_of_mapping {
+  const std::byte* from;
+  std::uint64_t n;
+  std::byte* to;
+  static void run(void* self) {
+    const auto& j = *static_cast<const copy_of_mapping*>(self);
+    if (j.n != 0) std::memcpy(j.to, j.from, static_cast<std::size_t>(j.n));
+  }
+};
 struct zlib_step {
   z_stream* z;
   int rc = Z_OK;
@@ -326,6 +335,20 @@ class archive {
       throw errors::checksum(path_, m.name, d.contents_offset,
                   "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
     }
+  }
+
+  /// Copies the member's contents into `out`, guarded: see reader::copy_bytes.
+  void copy_contents(std::size_t index, std::byte* out) const {
+    const decoded& d = get(index);
+    check_contents(d);
+    copy_of_mapping job{contents(d), d.contents_size, out};
+    if (!d.mapped) {
+      copy_of_mapping::run(&job);
+      return;
+    }
+    detail::guard_sigbus();
+    guarded(dir_.members[index], d.contents_offset, job.from, job.n, &copy_of_mapping::run,
+            &job);
   }
 
   /// Hands the member's contents to `sink` in pieces of `piece` bytes (the last one shorter),
@@ -864,6 +887,10 @@ bytes_view reader::bytes(std::size_t index) const {
   b.mapped = d.mapped;
   b.keepalive = std::shared_ptr<const void>(a_, b.data);
   return b;
+}
+
+void reader::copy_bytes(std::size_t index, std::byte* out) const {
+  a_->copy_contents(index, out);
 }
 
 void reader::read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,

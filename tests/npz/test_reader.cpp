@@ -653,6 +653,48 @@ TEST_SUITE("reader: reads") {
     CHECK(v.data_as<std::int32_t>()[2] == 3);
   }
 
+  TEST_CASE("bytes the file lost since it was mapped are an error naming the byte, not SIGBUS") {
+    const std::string path = test::scratch("cut_after_map.npz");
+    std::vector<std::uint8_t> blob(256 * 1024);
+    for (std::size_t k = 0; k < blob.size(); ++k) blob[k] = static_cast<std::uint8_t>(k * 7);
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::create, 64});
+      w.write_bytes("blob", blob.data(), blob.size());
+    }
+    mmnpz::reader r(path);
+    const mmnpz::bytes_view b = r.bytes(0);  // maps the file
+    REQUIRE(b.mapped);
+    std::vector<std::byte> out(static_cast<std::size_t>(b.size));
+    r.copy_bytes(0, out.data());
+    CHECK(std::memcmp(out.data(), blob.data(), blob.size()) == 0);
+    const auto start = static_cast<std::uint64_t>(b.data - r.file_bytes().data);
+    const std::uint64_t cut = (start + blob.size() / 2) / 4096 * 4096;  // a page boundary
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
+    const std::string says = ": the archive was truncated after it was opened: the file now "
+                             "ends at byte " + std::to_string(cut);
+    const auto check = [&](const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::corrupt_zip);
+      CHECK(e.member() == "blob");
+      // A byte of the member past the cut (a copy may begin with the source's last bytes).
+      CHECK(e.offset() >= cut);
+      CHECK(e.offset() < start + blob.size());
+      CHECK(std::string(e.what()) ==
+            path + ": member 'blob' at offset " + std::to_string(e.offset()) + says);
+    };
+    try {
+      r.copy_bytes(0, out.data());
+      FAIL("no error");
+    } catch (const mmnpz::error& e) {
+      check(e);
+    }
+    try {
+      r.verify(0);
+      FAIL("no error");
+    } catch (const mmnpz::error& e) {
+      check(e);
+    }
+  }
+
   TEST_CASE("an archive cut after opening: the first access past the cut names member and offset") {
     const std::string path = make_archive("cut_after_open.npz", 4);
     mmnpz::reader r(path);
