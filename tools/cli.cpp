@@ -389,6 +389,21 @@ bool exists(const std::string& path) {
 // member's size (8 MiB: the writer checksums pieces this large while it writes them).
 constexpr std::size_t inflate_piece = std::size_t{8} << 20;
 
+// Hands bytes [from, to) of member `i`'s contents to `sink` in pieces of up to inflate_piece
+// bytes, copied out of the mapping (reader::copy_bytes): an input cut while it is copied is an
+// error naming the member, not SIGBUS (a copy straight from the mapping would die of it).
+template <class Sink>
+void copy_out(const reader& in, std::size_t i, std::uint64_t from, std::uint64_t to,
+              Sink&& sink) {
+  std::vector<std::byte> piece(static_cast<std::size_t>(
+      std::min<std::uint64_t>(inflate_piece, to > from ? to - from : 0)));
+  for (std::uint64_t at = from; at < to; at += piece.size()) {
+    const std::uint64_t k = std::min<std::uint64_t>(piece.size(), to - at);
+    in.copy_bytes(i, piece.data(), at, k);
+    sink(piece.data(), static_cast<std::size_t>(k));
+  }
+}
+
 // Copies the deflated member `i` inflated, streaming: arrays as arrays (the writer writes a
 // new .npy header, as for stored ones), anything else as bytes. Nothing is inflated whole.
 void copy_inflated(const reader& in, std::size_t i, writer& w, progress& bar) {
@@ -448,20 +463,23 @@ void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
         if (e.code() != errc::object_array) throw;  // pickles are copied as bytes
       }
     }
+    const bytes_view b = in.bytes(i);
     if (as_array) {
       auto s = w.begin(name.substr(0, name.size() - 4), v.type(), v.shape(), v.fortran_order());
-      constexpr std::uint64_t piece = std::uint64_t{64} << 20;
-      for (std::uint64_t done = 0; done < v.nbytes(); done += piece) {
-        const std::uint64_t k = std::min(piece, v.nbytes() - done);
-        s.write(v.data() + done, static_cast<std::size_t>(k));
+      const auto head = static_cast<std::uint64_t>(v.data() - b.data);  // the .npy header
+      copy_out(in, i, head, head + v.nbytes(), [&](const std::byte* p, std::size_t k) {
+        s.write(p, k);
         bar.add(k);
-      }
+      });
       s.commit();
       bar.add(m.uncompressed_size - v.nbytes());  // the .npy header, counted in the total
     } else {
-      const bytes_view b = in.bytes(i);
-      w.write_bytes(name, b.data, static_cast<std::size_t>(b.size));
-      bar.add(b.size);
+      auto s = w.begin_bytes(name, b.size);
+      copy_out(in, i, 0, b.size, [&](const std::byte* p, std::size_t k) {
+        s.write(p, k);
+        bar.add(k);
+      });
+      s.commit();
     }
   }
 }
@@ -512,15 +530,17 @@ int write_archive(const write_options& a) {
 void extract_member(const reader& r, std::size_t i, const std::string& target) {
   FILE* f = std::fopen(target.c_str(), "wbx");
   if (!f) throw error(errc::io, target, {}, error::no_offset, "create", errno);
+  const auto write = [&](const std::byte* p, std::size_t n) {
+    if (std::fwrite(p, 1, n, f) != n) {
+      throw error(errc::io, target, {}, error::no_offset, "write to", errno);
+    }
+  };
   try {
-    r.read(
-        i,
-        [&](const std::byte* p, std::size_t n) {
-          if (std::fwrite(p, 1, n, f) != n) {
-            throw error(errc::io, target, {}, error::no_offset, "write to", errno);
-          }
-        },
-        inflate_piece);
+    if (r.member(i).is_deflated()) {
+      r.read(i, write, inflate_piece);  // inflated into read()'s buffer, from the mapping
+    } else {
+      copy_out(r, i, 0, r.bytes(i).size, write);
+    }
   } catch (...) {
     std::fclose(f);
     std::remove(target.c_str());

@@ -119,6 +119,9 @@ class reader {
   /// errc::corrupt_zip naming the member, a byte that is gone (where the copy met it: not
   /// always the first) and where the file now ends, not SIGBUS.
   void copy_bytes(std::size_t index, std::byte* out) const;
+  /// Copies `n` bytes of those contents, from byte `from` of them, into `out`, as above.
+  /// errc::invalid_argument when [from, from + n) is not within them.
+  void copy_bytes(std::size_t index, std::byte* out, std::uint64_t from, std::uint64_t n) const;
 
   /// Streams the member's contents (as bytes() gives them) to `sink(data, n)` in order, in
   /// pieces of `chunk` bytes, the last one shorter; `sink` is not called for an empty member.

@@ -358,7 +358,11 @@ class NpzReader(collections.abc.Mapping):
             return np.ndarray(shape, _core.dtype(descr), buffer=inflated,
                               order=order).copy(order="K")
         if self._mode is None:
-            return np.array(view if view is not None else reader.view(index), order="K")
+            # Copied by the core, which turns a file cut since it was mapped into an error
+            # (numpy copying the view would die of SIGBUS).
+            out = np.empty(shape, _core.dtype(descr), order=order)
+            reader.copy_array(index, out)
+            return out
         if self._mode == "r":
             return view if view is not None else reader.view(index)
         if self._mode == "r+":

@@ -337,18 +337,26 @@ class archive {
     }
   }
 
-  /// Copies the member's contents into `out`, guarded: see reader::copy_bytes.
-  void copy_contents(std::size_t index, std::byte* out) const {
+  /// Copies bytes [from, from + n) of the member's contents into `out`, guarded: see
+  /// reader::copy_bytes.
+  void copy_contents(std::size_t index, std::byte* out, std::uint64_t from,
+                     std::uint64_t n) const {
     const decoded& d = get(index);
     check_contents(d);
-    copy_of_mapping job{contents(d), d.contents_size, out};
+    const member_info& m = dir_.members[index];
+    if (from > d.contents_size || n > d.contents_size - from) {
+      throw errors::invalid_argument(path_, m.name, error::no_offset,
+                                     "copy_bytes: bytes [" + std::to_string(from) + ", " +
+                                         std::to_string(from + n) + ") are not within its " +
+                                         std::to_string(d.contents_size));
+    }
+    copy_of_mapping job{contents(d) + from, n, out};
     if (!d.mapped) {
       copy_of_mapping::run(&job);
       return;
     }
     detail::guard_sigbus();
-    guarded(dir_.members[index], d.contents_offset, job.from, job.n, &copy_of_mapping::run,
-            &job);
+    guarded(m, d.contents_offset + from, job.from, job.n, &copy_of_mapping::run, &job);
   }
 
   /// Hands the member's contents to `sink` in pieces of `piece` bytes (the last one shorter),
@@ -890,7 +898,12 @@ bytes_view reader::bytes(std::size_t index) const {
 }
 
 void reader::copy_bytes(std::size_t index, std::byte* out) const {
-  a_->copy_contents(index, out);
+  a_->copy_contents(index, out, 0, bytes(index).size);
+}
+
+void reader::copy_bytes(std::size_t index, std::byte* out, std::uint64_t from,
+                        std::uint64_t n) const {
+  a_->copy_contents(index, out, from, n);
 }
 
 void reader::read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,

@@ -667,6 +667,14 @@ TEST_SUITE("reader: reads") {
     std::vector<std::byte> out(static_cast<std::size_t>(b.size));
     r.copy_bytes(0, out.data());
     CHECK(std::memcmp(out.data(), blob.data(), blob.size()) == 0);
+    std::vector<std::byte> part(1000);
+    r.copy_bytes(0, part.data(), 12345, part.size());
+    CHECK(std::memcmp(part.data(), blob.data() + 12345, part.size()) == 0);
+    CHECK_THROWS_WITH_AS(r.copy_bytes(0, part.data(), blob.size() - 999, 1000),
+                         (path + ": member 'blob': copy_bytes: bytes [261145, 262145) are not "
+                                 "within its 262144")
+                             .c_str(),
+                         mmnpz::error);
     const auto start = static_cast<std::uint64_t>(b.data - r.file_bytes().data);
     const std::uint64_t cut = (start + blob.size() / 2) / 4096 * 4096;  // a page boundary
     REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
