@@ -14,7 +14,6 @@ Python object per item.
 
 import collections
 import functools
-import hashlib
 import operator
 import os
 import re
@@ -406,13 +405,14 @@ class _Base:
 
 
 def _name_hash(names, seed):
-    """A stable position in [0, 1) for each name: its BLAKE2b hash keyed by ``seed``."""
+    """A stable position in [0, 1) for each name: its BLAKE2b hash keyed by ``seed``
+    (hashlib.blake2b(name, digest_size=8, key=seed as 16 bytes), as a fraction of 2**64;
+    computed in C++)."""
     key = seed.to_bytes(16, "little", signed=True)
-    out = np.empty(len(names), np.float64)
-    for k, name in enumerate(names.tolist()):
-        digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8, key=key).digest()
-        out[k] = int.from_bytes(digest, "little") / 2.0**64
-    return out
+    names = np.ascontiguousarray(names)
+    if names.dtype.kind != "U":
+        names = names.astype(str)
+    return _mmnpz._name_positions(names.reshape(-1), key)
 
 
 def concat(datasets):

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "blake2b.hpp"
 #include "data/dataset_state.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "str_list.hpp"
@@ -291,7 +292,64 @@ struct pending {
   mmnpz::pending_gather running;
 };
 
+// UTF-8 of one element of a numpy str array: `width` UCS-4 code units, trailing zeros being
+// padding (as numpy reads them). Refuses what str.encode("utf-8") refuses (surrogates).
+void utf8_of(const char32_t* units, std::size_t width, std::string& out) {
+  while (width > 0 && units[width - 1] == 0) --width;
+  out.clear();
+  for (std::size_t i = 0; i < width; ++i) {
+    const auto c = static_cast<std::uint32_t>(units[i]);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      if (c >= 0xD800 && c < 0xE000) {
+        throw py::value_error("a name holds a surrogate code point, which UTF-8 cannot encode");
+      }
+      out += static_cast<char>(0xE0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x110000) {
+      out += static_cast<char>(0xF0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      throw py::value_error("a name holds a code point beyond U+10FFFF");
+    }
+  }
+}
+
 void bind_dataset(py::module_& m) {
+  m.def(
+      "_name_positions",
+      [](const py::array& names, const py::bytes& key) {
+        const py::dtype type = names.dtype();
+        if (type.kind() != 'U' || names.ndim() != 1 ||
+            !(names.flags() & py::array::c_style)) {
+          throw py::type_error("_name_positions: names must be a contiguous 1-D str array");
+        }
+        const std::string k = key;
+        const auto width = static_cast<std::size_t>(type.itemsize()) / 4;
+        const auto n = static_cast<std::size_t>(names.shape(0));
+        py::array_t<double> out(static_cast<py::ssize_t>(n));
+        const auto* units = static_cast<const char32_t*>(names.data());
+        double* positions = out.mutable_data();
+        const mmnpz::python::blake2b_64 hash(k.data(), k.size());
+        std::string utf8;
+        for (std::size_t i = 0; i < n; ++i) {
+          utf8_of(units + i * width, width, utf8);
+          const std::uint64_t h = hash(utf8.data(), utf8.size());
+          positions[i] = static_cast<double>(h) / 18446744073709551616.0;  // 2^64
+        }
+        return out;
+      },
+      py::arg("names"), py::arg("key"),
+      R"(For each name of a 1-D str array, int.from_bytes(hashlib.blake2b(name.encode(),
+digest_size=8, key=key).digest(), "little") / 2**64 (Dataset.split's positions).)");
+
   options_class<mmnpz::dataset_options>(
       m, "DatasetOptions", R"(How a Dataset opens its archives (mmnpz::dataset_options).)")
       .field("select", &mmnpz::dataset_options::select)

@@ -338,6 +338,40 @@ def test_a_split_is_stable_when_items_are_added(tmp_path):
         old.split([0.8, 0.3])
 
 
+def test_a_split_puts_each_item_where_the_keyed_blake2b_of_its_name_says(tmp_path):
+    """The part of an item is fixed by hashlib.blake2b(name, digest_size=8, key=seed as 16
+    little-endian bytes) as a fraction of 2**64: splits made by earlier versions (which called
+    hashlib) stay as they were. The C++ hash is checked against hashlib on names of every
+    length around BLAKE2b's 128-byte blocks, of any characters."""
+    import hashlib
+    import random
+
+    from mmnpz.data import _name_hash
+
+    def expected(names, seed):
+        key = seed.to_bytes(16, "little", signed=True)
+        return np.array([int.from_bytes(hashlib.blake2b(n.encode("utf-8"), digest_size=8,
+                                                        key=key).digest(), "little") / 2.0**64
+                         for n in names])
+
+    rng = random.Random(3)
+    alphabet = "abcXYZ_.-/0123456789\u00e9\u00df\u03a9\u4e2d\U0001f600\x00"
+    names = ["", "a", "a\x00b"] + ["x" * k for k in (127, 128, 129, 255, 256, 257, 1000)]
+    names += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(300))).rstrip("\x00")
+              for _ in range(2000)]
+    for seed in (0, 1, -1, 2**100, -2**127):
+        assert np.array_equal(_name_hash(np.array(names), seed), expected(names, seed)), seed
+    with pytest.raises(ValueError, match="surrogate"):
+        _name_hash(np.array(["a\ud800"]), 0)
+    rng2 = np.random.default_rng(5)
+    write_shards(tmp_path, shards=2, per_shard=40, stem="s", rng=rng2)
+    ds = mmnpz.Dataset(tmp_path / "s@2.npz")
+    train, test = ds.split([0.7, 0.3], seed=9)
+    position = expected(ds.names.tolist(), 9)
+    assert sorted(train.names.tolist()) == sorted(ds.names[position < 0.7].tolist())
+    assert sorted(test.names.tolist()) == sorted(ds.names[position >= 0.7].tolist())
+
+
 def test_concat_joins_views_and_datasets_in_order(tmp_path, shards):
     spec, arrays = shards
     ds = mmnpz.Dataset(spec)
