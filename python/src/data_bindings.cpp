@@ -19,6 +19,7 @@
 
 #include "blake2b.hpp"
 #include "data/dataset_state.hpp"
+#include "detail/utf8.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "str_list.hpp"
 
@@ -299,26 +300,11 @@ void utf8_of(const char32_t* units, std::size_t width, std::string& out) {
   out.clear();
   for (std::size_t i = 0; i < width; ++i) {
     const auto c = static_cast<std::uint32_t>(units[i]);
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      if (c >= 0xD800 && c < 0xE000) {
-        throw py::value_error("a name holds a surrogate code point, which UTF-8 cannot encode");
-      }
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x110000) {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      throw py::value_error("a name holds a code point beyond U+10FFFF");
+    if (c >= 0xD800 && c < 0xE000) {
+      throw py::value_error("a name holds a surrogate code point, which UTF-8 cannot encode");
     }
+    if (c > 0x10FFFF) throw py::value_error("a name holds a code point beyond U+10FFFF");
+    mmnpz::detail::append_utf8(out, c);
   }
 }
 
