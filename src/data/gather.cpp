@@ -1,7 +1,5 @@
 #include "mmnpz/data/gather.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,6 +12,8 @@
 #include "data/io.hpp"
 #include "data/thread_pool.hpp"
 #include "detail/errors.hpp"
+#include "detail/file_io.hpp"
+#include "detail/sigbus_guard.hpp"
 #include "npz/py_literal.hpp"
 
 namespace mmnpz {
@@ -301,15 +301,10 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
     if (const void* at = detail::copy_guarded(first, size, &strided_copy::run, &c)) {
       const dataset::state& st = state_of(*t.field->source);
       const std::int64_t gone = static_cast<const std::byte*>(at) - v.data();
-      struct stat now {};
-      const std::string ends =
-          ::fstat(st.fds[t.item->shard], &now) == 0
-              ? ": the file now ends at byte " + std::to_string(now.st_size)
-              : "";
-      throw errors::corrupt_zip(st.paths[t.item->shard], st.member_name(t.index),
-                                static_cast<std::uint64_t>(
-                                    static_cast<std::int64_t>(t.item->offset) + gone),
-                                "the archive was truncated after it was opened" + ends);
+      throw errors::cut_since_opened(
+          st.paths[t.item->shard], st.member_name(t.index),
+          static_cast<std::uint64_t>(static_cast<std::int64_t>(t.item->offset) + gone),
+          detail::size_now(st.fds[t.item->shard]));
     }
   }
 }

@@ -15,8 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "detail/sigbus_guard.hpp"
-
 namespace mmnpz::detail {
 
 /// The one system call every data read goes through: pread (flags == 0) or preadv2 with

@@ -51,4 +51,15 @@ inline error truncated(std::string_view path, std::string_view member, std::uint
                "truncated " + what);
 }
 
+/// A file cut after it was opened: "the archive was truncated after it was opened: the file
+/// now ends at byte <now_ends>" (without the end when it is error::no_offset, unknown).
+inline error cut_since_opened(std::string_view path, std::string_view member,
+                              std::uint64_t offset, std::uint64_t now_ends) {
+  return error(errc::corrupt_zip, std::string(path), std::string(member), offset,
+               "the archive was truncated after it was opened" +
+                   (now_ends == error::no_offset
+                        ? std::string()
+                        : ": the file now ends at byte " + std::to_string(now_ends)));
+}
+
 }  // namespace mmnpz::errors

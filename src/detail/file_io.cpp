@@ -1,5 +1,6 @@
 #include "detail/file_io.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,6 +8,12 @@
 #include "detail/errors.hpp"
 
 namespace mmnpz::detail {
+
+std::uint64_t size_now(int fd) {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) return error::no_offset;
+  return static_cast<std::uint64_t>(st.st_size);
+}
 
 void pwrite_all(int fd, const void* data, std::size_t n, std::uint64_t offset,
                 const std::string& path) {

@@ -11,6 +11,9 @@
 
 namespace mmnpz::detail {
 
+/// The size of the file open as `fd` now (fstat), error::no_offset when it cannot be had.
+std::uint64_t size_now(int fd);
+
 /// pwrite(2) all of [data, data + n) at `offset`.
 void pwrite_all(int fd, const void* data, std::size_t n, std::uint64_t offset,
                 const std::string& path);

@@ -1,6 +1,5 @@
 #include "mmnpz/reader.hpp"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
+#include "detail/file_io.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
 #include "detail/sigbus_guard.hpp"
@@ -491,15 +491,9 @@ class archive {
                void (*work)(void*), void* job) const {
     const void* gone = detail::copy_guarded(p, static_cast<std::size_t>(n), work, job);
     if (!gone) return;
-    struct stat now {};
-    const int fd = source_->descriptor();
-    const std::string ends = fd >= 0 && ::fstat(fd, &now) == 0
-                                 ? ": the file now ends at byte " + std::to_string(now.st_size)
-                                 : "";
-    throw errors::corrupt_zip(path_, m.name,
-                              offset + static_cast<std::uint64_t>(
-                                           static_cast<const std::byte*>(gone) - p),
-                              "the archive was truncated after it was opened" + ends);
+    throw errors::cut_since_opened(
+        path_, m.name, offset + static_cast<std::uint64_t>(static_cast<const std::byte*>(gone) - p),
+        detail::size_now(source_->descriptor()));
   }
 
   // Reads up to `n` bytes at `offset` of member `m` into `out` (resized to what was read);
@@ -510,12 +504,7 @@ class archive {
     out.resize(static_cast<std::size_t>(n));
     const std::size_t got = source_->read_at(out.data(), out.size(), offset);
     out.resize(got);
-    if (got < needed) {
-      throw errors::corrupt_zip(
-          path_, m.name, offset,
-          "the archive was truncated after it was opened: the file now ends at byte " +
-              std::to_string(offset + got));
-    }
+    if (got < needed) throw errors::cut_since_opened(path_, m.name, offset, offset + got);
   }
 
   // Makes `at` hold the stored member's .npy header whole (as far as the member goes), with a
@@ -898,7 +887,9 @@ bytes_view reader::bytes(std::size_t index) const {
 }
 
 void reader::copy_bytes(std::size_t index, std::byte* out) const {
-  a_->copy_contents(index, out, 0, bytes(index).size);
+  const detail::decoded& d = a_->get(index);
+  a_->check_contents(d);
+  a_->copy_contents(index, out, 0, d.contents_size);
 }
 
 void reader::copy_bytes(std::size_t index, std::byte* out, std::uint64_t from,

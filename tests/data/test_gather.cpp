@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "data/io.hpp"
+#include "detail/sigbus_guard.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "test_support.hpp"
 
