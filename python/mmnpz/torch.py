@@ -20,6 +20,7 @@ torch; ``import mmnpz`` does not.
 import collections.abc
 import itertools
 import mmap
+import multiprocessing
 import operator
 import os
 import queue as queue_module
@@ -597,7 +598,14 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
     process is gone."""
     from torch.utils.data._utils import worker as torch_worker
 
-    parent = os.getppid()  # the main process, or the forkserver: orphaned when it changes
+    # The main process is gone when its sentinel (a pipe or socket it holds open, under every
+    # start method) reads as closed. os.getppid() compared with its value at start is not
+    # enough alone: a forked worker first scheduled after the main process died starts with
+    # the reaper as its parent and would wait forever.
+    parent, first_parent = multiprocessing.parent_process(), os.getppid()
+
+    def orphaned():
+        return os.getppid() != first_parent or (parent is not None and not parent.is_alive())
     torch.set_num_threads(1)
     seed = base_seed + worker
     random.seed(seed)
@@ -618,7 +626,7 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
 
     def wait(semaphore):  # False once the loader stops or its process is gone
         while not semaphore.acquire(timeout=_POLL):
-            if control[_STOP] or os.getppid() != parent:
+            if control[_STOP] or orphaned():
                 return False
         return not control[_STOP]
 

@@ -650,6 +650,43 @@ os._exit(0)
     assert alive == [], f"workers {alive} outlived their main process"
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_first_run_after_their_main_process_died_exit(shards, method):
+    """A worker scheduled for the first time only once its main process is gone (its parent
+    is then already the reaper) still notices and exits. Forked workers are held in an
+    at-fork hook until the main process has died; spawned ones start after it did."""
+    program = f"""
+import os, sys, time
+import mmnpz.torch
+mmnpz.torch._POLL = 0.2
+main = os.getpid()
+def hold():  # in the forked worker, before any of its code runs
+    deadline = time.monotonic() + 30
+    while os.getppid() == main and time.monotonic() < deadline:
+        time.sleep(0.01)
+os.register_at_fork(after_in_child=hold)
+it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_size=2,
+                             pad="fill", num_workers=2, multiprocessing_context={method!r},
+                             persistent_workers=True))
+print(" ".join(str(w.pid) for w in it._iterator._workers), flush=True)
+os._exit(0)
+"""
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    pids = [int(p) for p in run.stdout.split()]
+    assert len(pids) == 2
+    import time
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    for p in alive:
+        os.kill(p, 9)
+    assert alive == [], f"workers {alive} outlived their main process"
+
+
 def test_ctrl_c_stops_the_main_process_and_its_workers_quietly(shards):
     """Ctrl-C reaches the whole process group: the main process raises KeyboardInterrupt,
     and the workers leave without tracebacks of their own."""
