@@ -114,16 +114,24 @@ const std::byte* file_source::map() const {
   return static_cast<const std::byte*>(p);
 }
 
-mapped_bytes copy_bytes(const void* data, std::size_t size) {
+mapped_bytes new_bytes(std::size_t size, std::byte*& out) {
   mapped_bytes m;
   m.size = size;
+  out = nullptr;
   if (size == 0) return m;
   void* p = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
   if (!p) throw std::bad_alloc();
-  std::memcpy(p, data, size);
-  m.data = static_cast<const std::byte*>(p);
+  out = static_cast<std::byte*>(p);
+  m.data = out;
   m.keepalive =
       std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  return m;
+}
+
+mapped_bytes copy_bytes(const void* data, std::size_t size) {
+  std::byte* out = nullptr;
+  mapped_bytes m = new_bytes(size, out);
+  if (size != 0) std::memcpy(out, data, size);
   return m;
 }
 

@@ -78,6 +78,10 @@ class file_source {
 /// alignment inside it means what it means in a mapping.
 mapped_bytes copy_bytes(const void* data, std::size_t size);
 
+/// A new owned buffer of `size` bytes, aligned as copy_bytes() aligns them and not yet
+/// written: `out` is where to write them (null when size is 0).
+mapped_bytes new_bytes(std::size_t size, std::byte*& out);
+
 /// The bytes recover() would leave in `path`, built in memory (the file is not written): the
 /// file up to its last intact member, then a new directory. Defined in npz/recover.cpp.
 mapped_bytes recovered_copy(const std::string& path);

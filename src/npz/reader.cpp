@@ -19,6 +19,7 @@
 #include "detail/sigbus_guard.hpp"
 #include "detail/sparse_slots.hpp"
 #include "mmnpz/npy.hpp"
+#include "npz/directory_reads.hpp"
 #include "npz/view_state.hpp"
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
@@ -175,10 +176,6 @@ constexpr std::size_t header_piece = 4096;
 // an alignment record of up to 64 bytes by default) and the .npy header (128 bytes in
 // practice) fit, so one read does; a longer header costs a second read.
 constexpr std::size_t first_read = 1024;
-
-// What opening reads at the end of the file first: the end records of an archive whose
-// comment is short, and the whole directory of a small archive.
-constexpr std::size_t first_tail_read = 16384;
 
 }  // namespace
 
@@ -744,44 +741,15 @@ class archive {
     if (source_->is_mapped() || size == 0) {
       tail = source_->data();
       dir_ = zip::read_directory(tail, size, path_);
-    } else {
-      tail_offset = size - std::min<std::uint64_t>(size, first_tail_read);
-      while (true) {
-        const std::uint64_t n = size - tail_offset;
-        dir_bytes_.reset(new std::byte[static_cast<std::size_t>(n)]);
-        const std::size_t got = source_->read_at(dir_bytes_.get(), n, tail_offset);
-        if (got < n) {
-          throw errors::corrupt_zip(
-              path_, {}, tail_offset,
-              "the file was truncated while it was opened: it now ends at byte " +
-                  std::to_string(tail_offset + got));
-        }
-        std::uint64_t need = 0;
-        const zip::piece_reader read = [&](std::byte* dst, std::uint64_t k, std::uint64_t at) {
-          const std::size_t done = source_->read_at(dst, static_cast<std::size_t>(k), at);
-          if (done < k) {
-            throw errors::corrupt_zip(
-                path_, {}, at,
-                "the file was truncated while it was opened: it now ends at byte " +
-                    std::to_string(at + done));
-          }
-        };
-        if (auto d =
-                zip::read_directory_tail(dir_bytes_.get(), tail_offset, size, path_, need, read)) {
-          dir_ = std::move(*d);
-          tail = dir_bytes_.get();
-          break;
-        }
-        if (need == 0) {  // a search from the start: parse the mapping
-          dir_bytes_.reset();
-          tail = source_->data();
-          tail_offset = 0;
-          dir_ = zip::read_directory(tail, size, path_);
-          break;
-        }
-        // At least twice as much each time, however little more was asked for.
-        tail_offset = std::min(need, tail_offset - std::min(tail_offset, n));
-      }
+    } else if (auto d = detail::read_directory_by_reads(*source_, path_, dir_bytes_,
+                                                        tail_offset)) {
+      dir_ = std::move(*d);
+      tail = dir_bytes_.get();
+    } else {  // a search from the start: parse the mapping
+      dir_bytes_.reset();
+      tail = source_->data();
+      tail_offset = 0;
+      dir_ = zip::read_directory(tail, size, path_);
     }
     const std::uint64_t end = dir_.archive_end;
     interrupted_ = zip::starts_appended_member(tail + (end - tail_offset), size - end);

@@ -5,8 +5,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <deque>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
@@ -14,6 +17,7 @@
 #include "detail/mapped_file.hpp"
 #include "detail/paths.hpp"
 #include "mmnpz/writer.hpp"
+#include "npz/directory_reads.hpp"
 #include "npz/writer_files.hpp"
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
@@ -25,6 +29,77 @@ namespace {
 
 using detail::byte_reader;
 
+// The file was cut while the scan read it: its error, kept apart from the errors of records
+// cut off by the file's end (which the scan takes for an interrupted write) until the scan
+// is left.
+struct file_cut {
+  error e;
+};
+
+// The file's bytes as the scan reads them: positional reads into one window, so that the
+// headers of members that follow one another come from one read. Nothing is mapped: a file
+// cut while the scan runs (a writer rolling back, another recover, a tool rewriting it) ends
+// the scan with an error instead of a SIGBUS.
+class scan_source {
+ public:
+  /// The largest request: more than any record but a zip64 end record's extensible data.
+  static constexpr std::uint64_t window = std::uint64_t{4} << 20;
+
+  scan_source(const detail::file_source& file, const std::string& path)
+      : file_(file), path_(path), buf_(new std::byte[window]) {}
+
+  std::uint64_t size() const { return file_.size(); }
+  /// How many bytes bytes(pos, n) gives: min(n, size() - pos).
+  std::uint64_t avail(std::uint64_t pos, std::uint64_t n) const {
+    return pos >= size() ? 0 : std::min(n, size() - pos);
+  }
+  /// The avail(pos, n) bytes at `pos` (n <= window), valid until the next call. Throws
+  /// file_cut when the file ends before them: it was cut since the scan began.
+  const std::byte* bytes(std::uint64_t pos, std::uint64_t n) {
+    n = avail(pos, n);
+    if (pos >= at_ && pos + n <= at_ + len_) return buf_.get() + (pos - at_);
+    const std::uint64_t want = avail(pos, window);
+    const std::size_t got = file_.read_at(buf_.get(), static_cast<std::size_t>(want), pos);
+    at_ = pos;
+    len_ = got;
+    if (got < n) {
+      throw file_cut{
+          errors::cut_since_opened(path_, {}, pos + got, detail::size_now(file_.descriptor()))};
+    }
+    return buf_.get();
+  }
+
+ private:
+  const detail::file_source& file_;
+  const std::string& path_;
+  std::unique_ptr<std::byte[]> buf_;
+  std::uint64_t at_ = 0, len_ = 0;  // the window: [at_, at_ + len_) of the file
+};
+
+// Pieces in which member data is streamed through the window.
+constexpr std::uint64_t piece = scan_source::window / 2;
+
+// The offset of the first local header signature at or after `from`, or the file's size.
+std::uint64_t find_local_header(scan_source& src, std::uint64_t from) {
+  for (std::uint64_t at = from; src.avail(at, 4) == 4; at += piece) {
+    const std::uint64_t n = src.avail(at, piece + 3);  // a signature may straddle pieces
+    const std::uint64_t found = zip::find_local_header(src.bytes(at, n), n, 0);
+    if (found < n) return at + found;
+  }
+  return src.size();
+}
+
+// The CRC-32 of the n bytes at `pos` (which the file holds).
+std::uint32_t crc_of(scan_source& src, std::uint64_t pos, std::uint64_t n) {
+  std::uint32_t crc = 0;
+  for (std::uint64_t done = 0; done < n;) {
+    const std::uint64_t k = std::min(piece, n - done);
+    crc = detail::crc32(crc, src.bytes(pos + done, k), static_cast<std::size_t>(k));
+    done += k;
+  }
+  return crc;
+}
+
 // What inflating a deflate stream found: how many input bytes the stream took, how many it
 // gave, and their CRC-32. `ok` is false when the stream is bad or ends before its end.
 struct inflated {
@@ -34,34 +109,63 @@ struct inflated {
   std::uint32_t crc = 0;
 };
 
-// Inflates the raw deflate stream starting at `data`, reading at most `avail` bytes; the
+// Inflates the raw deflate stream starting at `pos`, reading at most `avail` bytes; the
 // stream's own end says where it stops (so this also finds the size of a member whose sizes
 // follow in a data descriptor).
-inflated inflate_stream(const std::byte* data, std::uint64_t avail) {
+inflated inflate_stream(scan_source& src, std::uint64_t pos, std::uint64_t avail) {
   inflated out;
   z_stream z{};
   if (inflateInit2(&z, -MAX_WBITS) != Z_OK) throw std::bad_alloc();
-  unsigned char buf[1 << 16];
-  std::uint64_t in_left = avail;
+  struct ender {
+    z_stream* z;
+    ~ender() { inflateEnd(z); }
+  } end{&z};
+  std::vector<unsigned char> buf(1 << 16);
+  std::uint64_t given = 0;  // input bytes handed to zlib so far
   int rc = Z_OK;
   while (rc == Z_OK) {
-    if (z.avail_in == 0 && in_left > 0) {
-      z.avail_in = static_cast<uInt>(in_left < (1u << 30) ? in_left : (1u << 30));
-      z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(data + (avail - in_left)));
-      in_left -= z.avail_in;
+    if (z.avail_in == 0 && given < avail) {
+      // The window may move while zlib holds no input: hand it the next piece.
+      const std::uint64_t k = std::min(piece, avail - given);
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(src.bytes(pos + given, k)));
+      z.avail_in = static_cast<uInt>(k);
+      given += k;
     }
-    z.avail_out = sizeof buf;
-    z.next_out = buf;
+    z.avail_out = static_cast<uInt>(buf.size());
+    z.next_out = buf.data();
     rc = ::inflate(&z, Z_NO_FLUSH);
-    const uInt n = static_cast<uInt>(sizeof buf - z.avail_out);
-    out.crc = detail::crc32(out.crc, buf, n);
+    const uInt n = static_cast<uInt>(buf.size() - z.avail_out);
+    out.crc = detail::crc32(out.crc, buf.data(), n);
     out.produced += n;
-    if (rc == Z_BUF_ERROR && (z.avail_in > 0 || in_left > 0)) rc = Z_OK;
+    if (rc == Z_BUF_ERROR && (z.avail_in > 0 || given < avail)) rc = Z_OK;
   }
   out.ok = rc == Z_STREAM_END;
-  out.consumed = avail - in_left - z.avail_in;
-  inflateEnd(&z);
+  out.consumed = given - z.avail_in;
   return out;
+}
+
+// The byte length of the directory record (central entry or end record) at `pos`, from its
+// fixed part (more than the file holds when its length says so); 0 when the file ends within
+// that part or `pos` holds no such record.
+std::uint64_t directory_record_length(scan_source& src, std::uint64_t pos) {
+  const std::uint64_t n = src.avail(pos, zip::central_header_size);
+  const std::byte* p = src.bytes(pos, n);
+  const auto le = [&](std::uint64_t k, int width) {
+    std::uint64_t v = 0;
+    for (int i = width - 1; i >= 0; --i) v = v << 8 | static_cast<std::uint8_t>(p[k + i]);
+    return v;
+  };
+  switch (zip::record_at(p, n)) {
+    case zip::record_kind::central_entry: return zip::central_entry_length(p, n);
+    case zip::record_kind::end: return n < zip::end_size ? 0 : zip::end_size + le(20, 2);
+    case zip::record_kind::end64: {
+      if (n < 12) return 0;
+      const std::uint64_t rest = le(4, 8);  // the record's size after this field
+      return rest > src.size() ? src.size() + 1 : 12 + rest;  // no overflow: past the end
+    }
+    case zip::record_kind::end64_locator: return zip::end64_locator_size;
+    default: return 0;
+  }
 }
 
 // Why the scan of local headers stopped.
@@ -74,27 +178,26 @@ enum class stop {
 
 class scanner {
  public:
-  scanner(const std::string& path, const std::byte* p, std::uint64_t size)
-      : ctx_{path}, p_(p), size_(size) {}
+  scanner(const std::string& path, scan_source& src) : ctx_{path}, src_(src) {}
 
   // Scans from `pos` on; returns why it stopped, at `kept` (the end of the last good member).
   stop run(std::uint64_t pos) {
     kept_ = pos;
-    while (pos < size_) {
-      if (size_ - pos < 4) return stop::cut_off;
-      byte_reader r(p_ + pos, size_ - pos, pos, ctx_, errc::corrupt_zip);
+    const std::uint64_t size = src_.size();
+    while (pos < size) {
+      if (size - pos < 4) return stop::cut_off;
       try {
-        if (zip::record_at(r.here(), r.remaining()) == zip::record_kind::local_header) {
-          const std::optional<stop> s = member(r);
+        const zip::record_kind kind = zip::record_at(src_.bytes(pos, 4), 4);
+        if (kind == zip::record_kind::local_header) {
+          const std::optional<stop> s = member(pos);
           if (s) return *s;
-          kept_ = r.offset();
-        } else if (!zip::skip_directory_record(r)) {  // skips a directory left by an append
+          kept_ = pos;
+        } else if (!skip_directory_record(pos)) {  // skips a directory left by an append
           return stop::not_a_member;
         }
       } catch (const error&) {
         return stop::cut_off;  // a record cut off by the end of the file
       }
-      pos = r.offset();
     }
     return stop::end_of_file;
   }
@@ -106,9 +209,43 @@ class scanner {
   std::uint64_t problem_offset() const { return problem_offset_; }
 
  private:
-  // Reads one member at the cursor and keeps it when intact; otherwise says why not.
-  std::optional<stop> member(byte_reader& r) {
-    const zip::local_header h = zip::parse_local_header(r);
+  // The record that is not a member at `pos` (central entry, end records), passed over: false
+  // when it is none of them. Throws the cursor's errors when it is cut off.
+  bool skip_directory_record(std::uint64_t& pos) {
+    switch (zip::record_at(src_.bytes(pos, 4), 4)) {
+      case zip::record_kind::central_entry:
+      case zip::record_kind::end:
+      case zip::record_kind::end64:
+      case zip::record_kind::end64_locator: break;
+      default: return false;
+    }
+    const std::uint64_t len = directory_record_length(src_, pos);
+    if (len == 0) throw errors::truncated(ctx_.path, {}, pos, "directory record");
+    if (len > src_.size() - pos) throw errors::truncated(ctx_.path, {}, pos, "directory record");
+    // Checked whole, but for a zip64 end record's extensible data beyond the window.
+    const std::uint64_t n = std::min(len, scan_source::window);
+    byte_reader r(src_.bytes(pos, n), n, pos, ctx_, errc::corrupt_zip);
+    if (n == len) {
+      if (!zip::skip_directory_record(r)) return false;
+    } else {
+      r.take(zip::end64_size, "zip64 end of central directory record");
+    }
+    pos += len;
+    return true;
+  }
+
+  // Reads the member at `pos` and keeps it when intact (moving `pos` past it); otherwise says
+  // why not.
+  std::optional<stop> member(std::uint64_t& pos) {
+    const std::uint64_t size = src_.size();
+    const std::uint64_t fixed = src_.avail(pos, zip::local_header_size);
+    const std::uint64_t len = zip::local_header_length(src_.bytes(pos, fixed), fixed);
+    if (len == 0 || len > size - pos) return stop::cut_off;
+    byte_reader r(src_.bytes(pos, len), len, pos, ctx_, errc::corrupt_zip);
+    zip::local_header h = zip::parse_local_header(r);
+    const std::string name(h.name);  // the window moves on
+    h.name = name;
+    const std::uint64_t data = pos + len;
     if (h.is_encrypted() || (h.method != zip::method_stored && h.method != zip::method_deflated)) {
       return bad(h, "it is encrypted or compressed with method " + std::to_string(h.method));
     }
@@ -118,66 +255,109 @@ class scanner {
     e.dos_time = h.dos_time;
     e.dos_date = h.dos_date;
     e.local_header_offset = h.offset;
+    std::uint64_t end = 0;
     if (h.has_data_descriptor()) {
-      const std::optional<stop> s = described(h, r, e);
+      const std::optional<stop> s = described(h, data, e, end);
       if (s) return s;
     } else {
-      if (h.compressed_size > r.remaining()) return stop::cut_off;
+      if (h.compressed_size > size - data) return stop::cut_off;
       e.crc32 = h.crc32;
       e.compressed_size = h.compressed_size;
       e.uncompressed_size = h.uncompressed_size;
-      const std::byte* data = r.take(h.compressed_size);
+      end = data + h.compressed_size;
       std::uint32_t crc = 0;
       std::uint64_t usize = h.compressed_size;
       if (h.method == zip::method_deflated) {
-        const inflated f = inflate_stream(data, h.compressed_size);
-        if (!f.ok) return tail_or_bad(h, r, "its deflate stream is corrupt");
+        const inflated f = inflate_stream(src_, data, h.compressed_size);
+        if (!f.ok) return tail_or_bad(h, end, "its deflate stream is corrupt");
         crc = f.crc;
         usize = f.produced;
       } else {
-        crc = detail::crc32(0, data, h.compressed_size);
+        crc = crc_of(src_, data, h.compressed_size);
       }
       if (usize != h.uncompressed_size || crc != h.crc32) {
-        return tail_or_bad(h, r, "its size or CRC-32 does not match its local header");
+        return tail_or_bad(h, end, "its size or CRC-32 does not match its local header");
       }
     }
-    names_.emplace_back(h.name);
+    names_.push_back(name);
     e.name = names_.back();
     entries_.push_back(e);
+    pos = end;
     return std::nullopt;
   }
 
-  // A member whose CRC and sizes follow its data (flag bit 3): a deflate stream ends by
-  // itself; a stored member ends at the first descriptor that matches the bytes before it.
-  std::optional<stop> described(const zip::local_header& h, byte_reader& r,
-                                zip::central_entry& e) {
-    bool found = false;
+  // A member whose CRC and sizes follow its data (flag bit 3), its data at `data`: a deflate
+  // stream ends by itself; a stored member ends at the first descriptor that matches the
+  // bytes before it. Sets `end` after the descriptor.
+  std::optional<stop> described(const zip::local_header& h, std::uint64_t data,
+                                zip::central_entry& e, std::uint64_t& end) {
+    const std::uint64_t rest = src_.size() - data;
     if (h.method == zip::method_deflated) {
-      const inflated f = inflate_stream(r.here(), r.remaining());
+      const inflated f = inflate_stream(src_, data, rest);
       if (!f.ok) {
-        return f.consumed == r.remaining() ? std::optional<stop>(stop::cut_off)
-                                           : bad(h, "its deflate stream is corrupt");
+        return f.consumed == rest ? std::optional<stop>(stop::cut_off)
+                                  : bad(h, "its deflate stream is corrupt");
       }
       e.crc32 = f.crc;
       e.compressed_size = f.consumed;
       e.uncompressed_size = f.produced;
-      r.skip(f.consumed, "member data");
-      found = zip::match_data_descriptor(r, h.has_zip64, f.crc, f.consumed, f.produced);
-    } else if (const auto d = zip::find_stored_descriptor(r, h.has_zip64)) {
-      e.crc32 = d->crc32;
-      e.compressed_size = e.uncompressed_size = d->size;
-      found = true;
+      const std::uint64_t at = data + f.consumed;
+      const std::uint64_t n = src_.avail(at, descriptor_max);
+      byte_reader d(src_.bytes(at, n), n, at, ctx_, errc::corrupt_zip);
+      if (!zip::match_data_descriptor(d, h.has_zip64, f.crc, f.consumed, f.produced)) {
+        return stop::cut_off;  // the descriptor was never written
+      }
+      end = d.offset();
+      return std::nullopt;
     }
-    if (!found) return stop::cut_off;  // the descriptor was never written
-    return std::nullopt;
+    // Stored: the data ends at the first descriptor signature whose CRC-32 and sizes match
+    // the bytes before it.
+    std::uint32_t crc = 0;
+    std::uint64_t done = 0;  // data bytes already in `crc`
+    for (std::uint64_t from = 0; from + 4 <= rest; from += piece) {
+      const std::uint64_t n = src_.avail(data + from, piece + 3);
+      const std::byte* p = src_.bytes(data + from, n);
+      for (std::uint64_t k = 0; k + 4 <= n; ++k) {
+        if (zip::signature_at(p + k) != zip::data_descriptor_sig) continue;
+        const std::uint64_t at = from + k;
+        crc = detail::crc32(crc, p + (done - from), static_cast<std::size_t>(at - done));
+        done = at;
+        std::byte candidate[descriptor_max];
+        const std::uint64_t c = src_.avail(data + at, descriptor_max);
+        std::memcpy(candidate, p + k, static_cast<std::size_t>(std::min(c, n - k)));
+        if (c > n - k) {  // the rest of it lies past this piece
+          std::memcpy(candidate + (n - k), src_.bytes(data + from + n, c - (n - k)),
+                      static_cast<std::size_t>(c - (n - k)));
+          p = src_.bytes(data + from, n);  // the window moved
+        }
+        byte_reader d(candidate, c, data + at, ctx_, errc::corrupt_zip);
+        if (zip::match_data_descriptor(d, h.has_zip64, crc, at, at)) {
+          e.crc32 = crc;
+          e.compressed_size = e.uncompressed_size = at;
+          end = d.offset();
+          return std::nullopt;
+        }
+      }
+      const std::uint64_t scanned = from + std::min(piece, n);  // CRC up to the next piece
+      if (scanned > done) {
+        crc = detail::crc32(crc, src_.bytes(data + done, scanned - done),
+                            static_cast<std::size_t>(scanned - done));
+        done = scanned;
+      }
+    }
+    return stop::cut_off;  // the descriptor was never written
   }
 
   // A member that fails its check: an interrupted write when nothing but zeros follows it,
   // else a damaged member that recover must not cut away with everything after it.
-  std::optional<stop> tail_or_bad(const zip::local_header& h, const byte_reader& r,
+  std::optional<stop> tail_or_bad(const zip::local_header& h, std::uint64_t after,
                                   const std::string& why) {
-    for (std::uint64_t at = r.offset(); at < size_; ++at) {
-      if (p_[at] != std::byte{0}) return bad(h, why);
+    for (std::uint64_t at = after; at < src_.size(); at += piece) {
+      const std::uint64_t n = src_.avail(at, piece);
+      const std::byte* p = src_.bytes(at, n);
+      for (std::uint64_t k = 0; k < n; ++k) {
+        if (p[k] != std::byte{0}) return bad(h, why);
+      }
     }
     return stop::cut_off;
   }
@@ -191,9 +371,11 @@ class scanner {
     return stop::bad_member;
   }
 
+  // The longest data descriptor: signature, CRC-32 and two 8-byte sizes.
+  static constexpr std::uint64_t descriptor_max = 24;
+
   const detail::context ctx_;
-  const std::byte* p_;
-  std::uint64_t size_;
+  scan_source& src_;
   std::uint64_t kept_ = 0;
   std::vector<zip::central_entry> entries_;
   std::deque<std::string> names_;
@@ -221,26 +403,42 @@ struct rebuilt {
   std::vector<std::string> names;
 };
 
-rebuilt rebuild_directory(const std::byte* p, std::uint64_t size, const std::string& path) {
-  const std::uint64_t first = zip::find_local_header(p, size, 0);
-  if (first == size) {
-    throw errors::corrupt_zip(path, {}, 0, "no local header found: nothing to recover");
+rebuilt rebuild_directory(scan_source& src, const std::string& path) {
+  try {
+    const std::uint64_t first = find_local_header(src, 0);
+    if (first == src.size()) {
+      throw errors::corrupt_zip(path, {}, 0, "no local header found: nothing to recover");
+    }
+    scanner scan(path, src);
+    if (scan.run(first) == stop::bad_member) {
+      throw errors::corrupt_zip(path, {}, scan.problem_offset(),
+                                scan.problem() +
+                                    "; members after it would be lost, so nothing was changed");
+    }
+    rebuilt r;
+    r.kept = scan.kept();
+    for (const auto& e : scan.entries()) {  // offsets are absolute: leading bytes count
+      zip::emit_central_entry(r.directory, e);
+      r.names.emplace_back(e.name);
+    }
+    const std::uint64_t cd_size = r.directory.size();
+    zip::emit_end_records(r.directory, scan.entries().size(), cd_size, r.kept);
+    return r;
+  } catch (const file_cut& cut) {
+    throw cut.e;
   }
-  scanner scan(path, p, size);
-  if (scan.run(first) == stop::bad_member) {
-    throw errors::corrupt_zip(path, {}, scan.problem_offset(),
-                              scan.problem() +
-                                  "; members after it would be lost, so nothing was changed");
+}
+
+// Whether [tail_offset, size) of the file, held in `tail`, may end with an end record: it
+// holds an end signature where the record would fit, or does not reach back as far as an end
+// record with the longest comment would.
+bool has_end_signature(const std::byte* tail, std::uint64_t tail_offset, std::uint64_t size) {
+  if (size - tail_offset < std::min(size, zip::end_search_window)) return true;
+  const std::uint64_t n = size - tail_offset;
+  for (std::uint64_t at = n - std::min(n, zip::end_search_window); at + zip::end_size <= n; ++at) {
+    if (zip::signature_at(tail + at) == zip::end_sig) return true;
   }
-  rebuilt r;
-  r.kept = scan.kept();
-  for (const auto& e : scan.entries()) {  // offsets are absolute: leading bytes count
-    zip::emit_central_entry(r.directory, e);
-    r.names.emplace_back(e.name);
-  }
-  const std::uint64_t cd_size = r.directory.size();
-  zip::emit_end_records(r.directory, scan.entries().size(), cd_size, r.kept);
-  return r;
+  return false;
 }
 
 }  // namespace
@@ -248,11 +446,16 @@ rebuilt rebuild_directory(const std::byte* p, std::uint64_t size, const std::str
 namespace detail {
 
 mapped_bytes recovered_copy(const std::string& path) {
-  const mapped_bytes file = map_file(path);
-  const rebuilt r = rebuild_directory(file.data, file.size, path);
-  std::string bytes(reinterpret_cast<const char*>(file.data), static_cast<std::size_t>(r.kept));
-  bytes += r.directory;
-  return copy_bytes(bytes.data(), bytes.size());
+  const std::shared_ptr<const file_source> file = file_source::open(path);
+  scan_source src(*file, path);
+  const rebuilt r = rebuild_directory(src, path);
+  // The kept bytes read again (the scan streamed them), then the new directory.
+  std::byte* out = nullptr;
+  mapped_bytes copy = new_bytes(static_cast<std::size_t>(r.kept + r.directory.size()), out);
+  const std::size_t got = file->read_at(out, static_cast<std::size_t>(r.kept), 0);
+  if (got < r.kept) throw errors::cut_since_opened(path, {}, got, size_now(file->descriptor()));
+  std::memcpy(out + r.kept, r.directory.data(), r.directory.size());
+  return copy;
 }
 
 }  // namespace detail
@@ -271,27 +474,40 @@ recover_result recover(const std::string& path) {
   if (locked.fd < 0) throw errors::os(path, "open", errno);
   if (writable) detail::lock_for_writing(locked.fd, path);
   detail::remove_stale_temps(path);
-  detail::mapped_bytes file = detail::map_file(path);
-  const std::byte* p = file.data;
-  const std::uint64_t size = file.size;
+  // Read, not mapped: a file cut while recover reads it gives an error, not a SIGBUS. Only a
+  // file that has an end signature near its end but must be searched from its start to be
+  // opened (bytes before the archive; an append interrupted after an end record) is mapped
+  // for that, as the reader maps it.
+  const std::shared_ptr<const detail::file_source> file =
+      detail::file_source::from_descriptor(locked.fd, path);
+  const std::uint64_t size = file->size();
   try {
-    const zip::directory d = zip::read_directory(p, size, path);
-    if (d.archive_end == size) {
+    std::optional<zip::directory> d;
+    std::unique_ptr<std::byte[]> tail;
+    std::uint64_t tail_offset = 0;
+    detail::mapped_bytes mapped;
+    if (size != 0) d = detail::read_directory_by_reads(*file, path, tail, tail_offset);
+    if (!d && (size == 0 || has_end_signature(tail.get(), tail_offset, size))) {
+      mapped = detail::map_file(path);
+      d = zip::read_directory(mapped.data, mapped.size, path);
+    }
+    // Else no end record at all (what a writer that died before close() leaves): not intact.
+    if (d && d->archive_end == size) {
       out.directory_was_intact = true;
-      out.members_recovered = d.members.size();
+      out.members_recovered = d->members.size();
       out.bytes_kept = size;
-      for (const auto& m : d.members) out.names.emplace_back(m.name);
+      for (const auto& m : d->members) out.names.emplace_back(m.name);
       return out;
     }
   } catch (const error&) {
     // Expected: the directory is missing or cut off. Scan the local headers instead.
   }
 
-  const rebuilt r = rebuild_directory(p, size, path);
+  scan_source src(*file, path);
+  const rebuilt r = rebuild_directory(src, path);
   for (const auto& name : r.names) out.names.push_back(name);
   const std::uint64_t kept = r.kept;
   const std::string& cd = r.directory;
-  file = {};  // unmap before changing the file
 
   if (!writable) throw errors::os(path, "open", EACCES);
   const int fd = locked.fd;

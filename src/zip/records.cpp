@@ -458,24 +458,6 @@ bool match_data_descriptor(byte_reader& r, bool zip64, std::uint32_t crc, std::u
   return false;
 }
 
-std::optional<described_data> find_stored_descriptor(byte_reader& r, bool zip64) {
-  const std::byte* start = r.here();
-  const std::uint64_t n = r.remaining();
-  std::uint32_t crc = 0;
-  std::uint64_t done = 0;  // bytes already in `crc`
-  for (std::uint64_t at = 0; n - at >= 4; ++at) {
-    if (signature_at(start + at) != data_descriptor_sig) continue;
-    crc = detail::crc32(crc, start + done, at - done);
-    done = at;
-    byte_reader d(start + at, n - at, r.offset() + at, r.ctx(), r.code());
-    if (match_data_descriptor(d, zip64, crc, at, at)) {
-      r.skip(d.offset() - r.offset(), "member data and data descriptor");
-      return described_data{at, crc};
-    }
-  }
-  return std::nullopt;
-}
-
 // ---- time ---------------------------------------------------------------------------------
 
 void dos_now(std::uint16_t& time, std::uint16_t& date) {

@@ -256,15 +256,6 @@ void emit_data_descriptor(byte_sink& out, const data_descriptor& d);
 bool match_data_descriptor(byte_reader& r, bool zip64, std::uint32_t crc, std::uint64_t csize,
                            std::uint64_t usize);
 
-/// A stored member's data whose descriptor follows it: the first descriptor signature after
-/// `r`'s position whose CRC-32 and sizes match the bytes before it ends the data. Returns the
-/// data's size and CRC-32 and leaves the cursor after the descriptor, or nothing (the cursor
-/// unmoved) when no descriptor matches before the end.
-struct described_data {
-  std::uint64_t size = 0;
-  std::uint32_t crc32 = 0;
-};
-std::optional<described_data> find_stored_descriptor(byte_reader& r, bool zip64);
 
 // ---- time ---------------------------------------------------------------------------------
 

@@ -51,10 +51,6 @@ void local_header_at(byte_reader r, const mmnpz::detail::context& ctx) {
                 p.uncompressed_size == h.uncompressed_size,
             "zip64 local sizes do not round-trip");
   }
-  if (h.has_data_descriptor()) {
-    byte_reader rest = r;
-    (void)zip::find_stored_descriptor(rest, h.has_zip64);
-  }
 }
 
 void central_entry_at(byte_reader r, const mmnpz::detail::context& ctx) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mmnpz/mmnpz.hpp"
+#include "zip/crc32.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -200,6 +201,77 @@ TEST_SUITE("recover") {
     }
   }
 
+  TEST_CASE("a stored member's data ends at the first data descriptor that matches it, "
+            "wherever the signatures fall") {
+    // Stored data holding descriptor signatures that match nothing, some across the 2 MiB
+    // pieces recover reads in (its own signature, or the descriptor after it, split), then
+    // its real descriptor; a member follows. recover keeps both, and the data whole.
+    const auto le = [](std::string& out, std::uint64_t v, int bytes) {
+      for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xFF);
+    };
+    const std::string sig = "PK\x07\x08";
+    const std::uint64_t mib = 1 << 20;
+    for (const std::uint64_t length : {5 * mib + 123, 4 * mib - 7, 2 * mib - 2}) {
+      CAPTURE(length);
+      std::string data(length, '\0');
+      for (std::uint64_t k = 0; k < length; ++k) data[k] = static_cast<char>((k * 2654435761u) >> 13);
+      for (const std::uint64_t at : {std::uint64_t{100}, 2 * mib - 2, 2 * mib - 10, 4 * mib - 1,
+                                     4 * mib - 20, 5 * mib}) {
+        if (at + 4 <= length) data.replace(at, 4, sig);
+      }
+      const std::uint32_t crc = mmnpz::detail::crc32(0, data.data(), data.size());
+      std::string file;
+      le(file, 0x04034b50, 4);                 // local header, sizes in a descriptor
+      le(file, 20, 2);
+      le(file, 0x0008, 2);
+      le(file, 0, 2);                          // stored
+      le(file, 0, 4);                          // time, date
+      le(file, 0, 12);                         // CRC-32, sizes: in the descriptor
+      le(file, 5, 2);
+      le(file, 0, 2);
+      file += "x.bin" + data;
+      le(file, 0x08074b50, 4);
+      le(file, crc, 4);
+      le(file, length, 4);
+      le(file, length, 4);
+      const std::string tail = "after";
+      le(file, 0x04034b50, 4);                 // a second member, sizes in its header
+      le(file, 20, 2);
+      le(file, 0, 2);
+      le(file, 0, 2);
+      le(file, 0, 4);
+      le(file, mmnpz::detail::crc32(0, tail.data(), tail.size()), 4);
+      le(file, tail.size(), 4);
+      le(file, tail.size(), 4);
+      le(file, 5, 2);
+      le(file, 0, 2);
+      file += "y.bin" + tail;
+      const std::string path = test::scratch("stored_descriptors.zip");
+      std::ofstream(path, std::ios::binary) << file;
+      const auto result = mmnpz::recover(path);
+      CHECK(result.members_recovered == 2);
+      CHECK(result.bytes_cut == 0);
+      const mmnpz::reader r(path);
+      REQUIRE(r.size() == 2);
+      CHECK(r.verify().ok());
+      const auto x = r.bytes(0);
+      REQUIRE(x.size == length);
+      CHECK(std::memcmp(x.data, data.data(), data.size()) == 0);
+      const auto y = r.bytes(1);
+      CHECK(std::string(reinterpret_cast<const char*>(y.data), y.size) == tail);
+      // Cut within x's data or its descriptor: no descriptor matches, and x is cut away as a
+      // write that never finished.
+      for (const std::uint64_t cut : {std::uint64_t{35} + 100, 35 + length / 2, 35 + length + 9}) {
+        CAPTURE(cut);
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << file.substr(0, cut);
+        const auto cut_result = mmnpz::recover(path);
+        CHECK(cut_result.members_recovered == 0);
+        CHECK(cut_result.bytes_cut == cut);
+        CHECK(mmnpz::reader(path).size() == 0);
+      }
+    }
+  }
+
   TEST_CASE("restores an append killed after an archive with data descriptors") {
     const std::string fixture = std::string(MMNPZ_FIXTURES) + "/good/unseekable_stored.npz";
     const std::string base_bytes = test::read_file(fixture);
@@ -341,5 +413,74 @@ TEST_SUITE("recover") {
     CHECK(::access(stale.c_str(), F_OK) != 0);
     CHECK(::access(live.c_str(), F_OK) == 0);  // its process is alive
     std::remove(live.c_str());
+  }
+}
+
+TEST_SUITE("recover") {
+  TEST_CASE("a file cut while recover reads it gives an error saying where it now ends, not a "
+            "SIGBUS, and recover writes nothing") {
+    // Member a intact, member b damaged, then a 2 GiB hole: recover reads all of it (only
+    // zeros after a damaged member make it an interrupted write), and the file is cut to 8 KiB
+    // past b meanwhile.
+    const std::string path = test::scratch("cut_while_recovering.npz");
+    std::uint64_t b_end = 0;
+    {
+      mmnpz::writer w(path);
+      const auto a = contents(3), b = contents(4);
+      w.write("a", a.data(), {a.size()});
+      w.write("b", b.data(), {b.size()});
+    }
+    {
+      const mmnpz::reader r(path);
+      b_end = r["b"].file_offset() + r["b"].nbytes();
+    }
+    const std::uint64_t cut = b_end + 8192;
+    {
+      std::string bytes = test::read_file(path).substr(0, b_end);
+      bytes[b_end - 1] = static_cast<char>(bytes[b_end - 1] ^ 0x5A);  // b's CRC-32 fails
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+      REQUIRE(::truncate(path.c_str(), std::int64_t{2} << 30) == 0);
+    }
+    int ready[2], report[2];
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(report) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::alarm(60);
+      const char go = 1;
+      if (::write(ready[1], &go, 1) != 1) std::_Exit(4);
+      std::string what = "recover returned";
+      try {
+        mmnpz::recover(path);
+      } catch (const mmnpz::error& e) {
+        what = e.what();
+      }
+      if (::write(report[1], what.data(), what.size()) < 0) std::_Exit(4);
+      std::_Exit(0);
+    }
+    ::close(ready[1]);
+    ::close(report[1]);
+    char go = 0;
+    REQUIRE(::read(ready[0], &go, 1) == 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // recover is reading zeros
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    std::string what(4096, '\0');
+    const ssize_t n = ::read(report[0], what.data(), what.size());
+    what.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    ::close(ready[0]);
+    ::close(report[0]);
+    REQUIRE_MESSAGE(WIFEXITED(status), "recover died of signal ", WTERMSIG(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CAPTURE(what);
+    CHECK(what.rfind(path + " at offset ", 0) == 0);
+    const std::string tail = ": the archive was truncated after it was opened: the file now ends "
+                             "at byte " + std::to_string(cut);
+    CHECK(what.size() > tail.size());
+    CHECK(what.compare(what.size() - tail.size(), tail.size(), tail) == 0);
+    CHECK(test::read_file(path).size() == cut);  // no directory was written
+    ::unlink(path.c_str());
   }
 }

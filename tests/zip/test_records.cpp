@@ -269,27 +269,6 @@ TEST_SUITE("zip records") {
     }
   }
 
-  TEST_CASE("a stored member's data ends at the first descriptor that matches it") {
-    // The data itself holds a descriptor signature that does not match.
-    const std::string data = std::string("abcPK\x07\x08") + "xyz" + std::string(12, '\0') + "end";
-    zip::data_descriptor d;
-    d.crc32 = mmnpz::detail::crc32(0, data.data(), data.size());
-    d.compressed_size = d.uncompressed_size = data.size();
-    d.zip64 = true;
-    std::string b = data;
-    zip::emit_data_descriptor(b, d);
-    b += "NEXT";
-    auto r = cursor(b, 500);
-    const auto found = zip::find_stored_descriptor(r, /*zip64=*/false);
-    REQUIRE(found);
-    CHECK(found->size == data.size());
-    CHECK(found->crc32 == d.crc32);
-    CHECK(r.remaining() == 4);
-    auto none = cursor(data, 0);
-    CHECK_FALSE(zip::find_stored_descriptor(none, false));
-    CHECK(none.remaining() == data.size());
-  }
-
   TEST_CASE("extra fields split into records; a record past the field is refused or ends it") {
     std::string f;
     zip::put16(f, 0x5455);

@@ -1,0 +1,38 @@
+// read_directory_by_reads(): the directory of an archive by positional reads.
+#include "npz/directory_reads.hpp"
+
+#include <algorithm>
+
+#include "detail/errors.hpp"
+
+namespace mmnpz::detail {
+
+std::optional<zip::directory> read_directory_by_reads(const file_source& file,
+                                                      const std::string& path,
+                                                      std::unique_ptr<std::byte[]>& tail,
+                                                      std::uint64_t& tail_offset) {
+  const std::uint64_t size = file.size();
+  const auto read = [&](std::byte* dst, std::uint64_t n, std::uint64_t at) {
+    const std::size_t done = file.read_at(dst, static_cast<std::size_t>(n), at);
+    if (done < n) {
+      throw errors::corrupt_zip(path, {}, at,
+                                "the file was truncated while it was opened: it now ends at byte " +
+                                    std::to_string(at + done));
+    }
+  };
+  tail_offset = size - std::min<std::uint64_t>(size, first_tail_read);
+  while (true) {
+    const std::uint64_t n = size - tail_offset;
+    tail.reset(new std::byte[static_cast<std::size_t>(n)]);
+    read(tail.get(), n, tail_offset);
+    std::uint64_t need = 0;
+    if (auto d = zip::read_directory_tail(tail.get(), tail_offset, size, path, need, read)) {
+      return d;
+    }
+    if (need == 0) return std::nullopt;  // a search from the start
+    // At least twice as much each time, however little more was asked for.
+    tail_offset = std::min(need, tail_offset - std::min(tail_offset, n));
+  }
+}
+
+}  // namespace mmnpz::detail

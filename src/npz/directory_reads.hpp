@@ -1,0 +1,35 @@
+#pragma once
+
+// The central directory of an archive read with positional reads, without mapping the file:
+// what opening a reader and recover() read first.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "detail/mapped_file.hpp"
+#include "zip/directory.hpp"
+
+namespace mmnpz::detail {
+
+/// What opening reads at the end of the file first: the end records of an archive whose
+/// comment is short, and the whole directory of a small archive.
+inline constexpr std::size_t first_tail_read = 16384;
+
+/// The end records and central directory of `file` (not in memory, not empty), read with
+/// positional reads into one buffer: the last first_tail_read bytes of the file, more when a
+/// long comment or the zip64 records ask for it, and the central directory with them when it
+/// fits, else in pieces through a staging buffer (see zip::read_directory_tail). `tail` then
+/// holds [tail_offset, file.size()), which the directory points into (comment, and names when
+/// the directory lies in it). Returns nothing when the file must be searched from its start
+/// (an interrupted append, bytes before the archive, no end record); `tail` then holds what
+/// was read last, [tail_offset, file.size()). Throws the directory's
+/// errors, and corrupt_zip when the file was cut while it was read.
+std::optional<zip::directory> read_directory_by_reads(const file_source& file,
+                                                      const std::string& path,
+                                                      std::unique_ptr<std::byte[]>& tail,
+                                                      std::uint64_t& tail_offset);
+
+}  // namespace mmnpz::detail
