@@ -666,3 +666,59 @@ def test_every_command_takes_json_and_prints_only_json_lines(mixed, tmp_path):
         assert out.returncode == 0 and out.stderr == "", (command, out.stderr)
         assert out.stdout.endswith("\n") and len(out.stdout.splitlines()) == 1, command
         json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def sparse_big():
+    """Writes an archive whose one member, big.npy, holds 2 GiB of zeros in a hole of the file
+    (its bytes written are the headers and the directory alone) to the path it is given."""
+    n = 2 << 30
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False,
+                                                  "shape": (n,)})
+    header = header.getvalue()
+    crc, zeros = zlib.crc32(header), bytes(64 << 20)
+    for _ in range(n // len(zeros)):
+        crc = zlib.crc32(zeros, crc)
+    size, name = len(header) + n, b"big.npy"
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, crc, size, size,
+                        len(name), 0) + name
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0x21, crc, size,
+                          size, len(name), 0, 0, 0, 0, 0, 0) + name
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(local) + size, 0)
+
+    def write(path):
+        with open(path, "wb") as f:
+            f.write(local + header)
+            f.seek(len(local) + size)
+            f.write(central + end)
+        return path
+    return write
+
+
+@pytest.mark.parametrize("command", ["extract", "merge", "align"])
+def test_an_archive_cut_while_a_command_copies_it_gives_an_error_not_sigbus(command, sparse_big,
+                                                                              tmp_path):
+    """merge, align and extract copy stored members out of the mapping: an archive cut under
+    them ends the command with exit status 1 and a message naming the member (they died of
+    SIGBUS, -7, before reader::copy_bytes), and leaves no partial output."""
+    import time
+
+    path = sparse_big(tmp_path / "big.npz")
+    assert mmnpz.load(path)["big"].shape == (2 << 30,)  # a valid archive before the cut
+    out = tmp_path / "out"
+    args = {"extract": ["extract", "-o", out, path, "big"], "merge": ["merge", out, path],
+            "align": ["align", path, out]}[command]
+    if command == "extract":
+        out.mkdir()
+    child = subprocess.Popen(CLI + [str(a) for a in args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # the command is copying 2 GiB
+    os.truncate(path, 4096)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 1, (child.returncode, err)
+    assert "member 'big.npy' at offset " in err, err
+    assert "the archive was truncated after it was opened: the file now ends at byte 4096" in err
+    # Nothing half-written is left: no .npy in out/, no OUT archive.
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == (
+        ["big.npz", "out"] if command == "extract" else ["big.npz"])
