@@ -622,6 +622,32 @@ def test_persistent_workers_restart_after_a_pass_left_early(shards):
     assert len(second) == len(third) == 32
 
 
+def assert_workers_exit_after_their_main_process(program, within=20):
+    """Runs `program`, whose main process prints its two workers' pids and ends at once, and
+    checks that the workers exit within `within` seconds (any left are killed). Only the
+    printed line is read before: the workers hold the output pipes open while they live."""
+    import signal
+    import time
+
+    main = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = main.stdout.readline()
+    status = main.wait(timeout=60)
+    pids = [int(p) for p in line.split()]
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    err = main.stderr.read()  # every writer is gone now
+    main.stdout.close()
+    main.stderr.close()
+    assert status == 0, err
+    assert len(pids) == 2, line
+    assert alive == [], f"workers {alive} outlived their main process"
+
+
 def test_workers_exit_when_the_main_process_dies_without_stopping_them(shards):
     """A main process killed (no cleanup) leaves no worker behind: waiting workers check that
     their parent lives."""
@@ -636,18 +662,7 @@ next(it)
 print(" ".join(str(w.pid) for w in it._iterator._workers), flush=True)
 os._exit(0)
 """
-    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                         timeout=60)
-    assert run.returncode == 0, run.stderr
-    pids = [int(p) for p in run.stdout.split()]
-    assert len(pids) == 2
-    import time
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
-        time.sleep(0.1)
-    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
-    assert alive == [], f"workers {alive} outlived their main process"
+    assert_workers_exit_after_their_main_process(program)
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -671,20 +686,7 @@ it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_
 print(" ".join(str(w.pid) for w in it._iterator._workers), flush=True)
 os._exit(0)
 """
-    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                         timeout=60)
-    assert run.returncode == 0, run.stderr
-    pids = [int(p) for p in run.stdout.split()]
-    assert len(pids) == 2
-    import time
-
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
-        time.sleep(0.1)
-    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
-    for p in alive:
-        os.kill(p, 9)
-    assert alive == [], f"workers {alive} outlived their main process"
+    assert_workers_exit_after_their_main_process(program)
 
 
 def test_ctrl_c_stops_the_main_process_and_its_workers_quietly(shards):
