@@ -207,7 +207,7 @@ TEST_SUITE("recover") {
     // pieces recover reads in (its own signature, or the descriptor after it, split), then
     // its real descriptor; a member follows. recover keeps both, and the data whole.
     const auto le = [](std::string& out, std::uint64_t v, int bytes) {
-      for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xFF);
+      for (int i = 0; i < bytes; ++i) out += static_cast<char>(i < 8 ? (v >> (8 * i)) & 0xFF : 0);
     };
     const std::string sig = "PK\x07\x08";
     const std::uint64_t mib = 1 << 20;
