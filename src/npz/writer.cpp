@@ -11,7 +11,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <unordered_set>
@@ -23,6 +25,7 @@
 #include "detail/paths.hpp"
 #include "detail/utf8.hpp"
 #include "mmnpz/npy.hpp"
+#include "npz/directory_reads.hpp"
 #include "npz/writer_files.hpp"
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
@@ -478,25 +481,45 @@ struct writer::impl {
   }
 
   void open_append() {
-    detail::mapped_bytes old = detail::map_file(path);
-    if (old.size == 0) return;
-    const zip::directory d = zip::read_directory(old.data, old.size, path);
-    if (d.archive_end < old.size &&
-        zip::starts_appended_member(old.data + d.archive_end, old.size - d.archive_end)) {
+    // The directory by positional reads, as the reader opens it (a file cut meanwhile gives an
+    // error, not SIGBUS); a file that must be searched from its start (an interrupted append,
+    // bytes before the archive) is mapped for that search.
+    const std::shared_ptr<const detail::file_source> file =
+        detail::file_source::from_descriptor(fd, path);
+    const std::uint64_t size = file->size();
+    if (size == 0) return;
+    std::unique_ptr<std::byte[]> tail;
+    std::uint64_t tail_offset = 0;
+    std::optional<zip::directory> found =
+        detail::read_directory_by_reads(*file, path, tail, tail_offset);
+    const std::byte* held = tail.get();  // [tail_offset, size) of the file
+    if (!found) {
+      held = file->data();
+      tail_offset = 0;
+      found = zip::read_directory(held, size, path);
+    }
+    const zip::directory& d = *found;
+    if (d.archive_end < size &&
+        zip::starts_appended_member(held + (d.archive_end - tail_offset), size - d.archive_end)) {
       throw errors::corrupt_zip(path, {}, d.archive_end,
                                 "an earlier append was interrupted here, leaving " +
-                                    std::to_string(old.size - d.archive_end) +
+                                    std::to_string(size - d.archive_end) +
                                     " bytes after the archive; run `mmnpz recover " + path +
                                     "` first, or its members would be lost");
     }
-    old_cd.assign(reinterpret_cast<const char*>(old.data + d.cd_offset), d.cd_size);
+    old_cd.resize(static_cast<std::size_t>(d.cd_size));
+    if (d.cd_offset >= tail_offset) {
+      std::memcpy(old_cd.data(), held + (d.cd_offset - tail_offset), old_cd.size());
+    } else if (file->read_at(old_cd.data(), old_cd.size(), d.cd_offset) < old_cd.size()) {
+      throw errors::cut_since_opened(path, {}, d.cd_offset, detail::size_now(fd));
+    }
     old_count = d.members.size();
     old_comment.assign(d.comment);
     for (const auto& m : d.members) names.insert(std::string(m.name));
     shift = d.shift;
     // New members go after everything that is there: no byte a reader may have mapped changes.
-    pos = old.size;
-    file_end = old.size;
+    pos = size;
+    file_end = size;
   }
 };
 

@@ -209,6 +209,45 @@ TEST_SUITE("writer") {
     check_readers_agree(fresh);
   }
 
+  TEST_CASE("appends after a directory larger than the first read, and after bytes before the "
+            "archive, keeping every old byte") {
+    // 3,000 members: a central directory of about 170 KB, which opening reads in pieces
+    // (not in the end records' buffer); and the same archive after 100 bytes of a prefix,
+    // whose directory is found by a search from the file's start.
+    for (const std::size_t prefix : {std::size_t{0}, std::size_t{100}}) {
+      CAPTURE(prefix);
+      const std::string path = test::scratch("append_large_directory.npz");
+      {
+        mmnpz::writer w(path);
+        for (int i = 0; i < 3000; ++i) w.write("member_" + std::to_string(i), &i, {});
+      }
+      if (prefix != 0) {
+        const std::string bytes = test::read_file(path);
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << std::string(prefix, 'x') << bytes;
+      }
+      const std::string before = test::read_file(path);
+      {
+        mmnpz::writer w(path, {mmnpz::open_mode::append});
+        const int last = -1;
+        w.write("appended", &last, {});
+      }
+      const std::string after = test::read_file(path);
+      CHECK(after.compare(0, before.size(), before) == 0);
+      const mmnpz::reader r(path);
+      REQUIRE(r.size() == 3001);
+      CHECK(r.verify().ok());
+      CHECK(r["member_2999"].data_as<int>()[0] == 2999);
+      CHECK(r["appended"].data_as<int>()[0] == -1);
+      if (prefix == 0) {
+        check_readers_agree(path);
+      } else {  // np.load takes a file not starting with "PK" for a pickle: zipfile reads it
+        CHECK(test::python("import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); "
+                           "print(len(z.namelist()), z.testzip())",
+                           path) == "3001 None\n");
+      }
+    }
+  }
+
   TEST_CASE("refuses bad requests before writing a byte") {
     const std::string path = test::scratch("refusals.npz");
     mmnpz::writer w(path);
