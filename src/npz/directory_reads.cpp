@@ -14,11 +14,7 @@ std::optional<zip::directory> read_directory_by_reads(const file_source& file,
   const std::uint64_t size = file.size();
   const auto read = [&](std::byte* dst, std::uint64_t n, std::uint64_t at) {
     const std::size_t done = file.read_at(dst, static_cast<std::size_t>(n), at);
-    if (done < n) {
-      throw errors::corrupt_zip(path, {}, at,
-                                "the file was truncated while it was opened: it now ends at byte " +
-                                    std::to_string(at + done));
-    }
+    if (done < n) throw errors::cut_since_opened(path, {}, at + done, at + done);
   };
   tail_offset = size - std::min<std::uint64_t>(size, first_tail_read);
   while (true) {
@@ -33,6 +29,22 @@ std::optional<zip::directory> read_directory_by_reads(const file_source& file,
     // At least twice as much each time, however little more was asked for.
     tail_offset = std::min(need, tail_offset - std::min(tail_offset, n));
   }
+}
+
+zip::directory read_directory_of(const file_source& file, const std::string& path,
+                                 std::unique_ptr<std::byte[]>& tail, const std::byte*& held,
+                                 std::uint64_t& held_offset) {
+  held_offset = 0;
+  if (!file.is_mapped() && file.size() != 0) {
+    if (auto d = read_directory_by_reads(file, path, tail, held_offset)) {
+      held = tail.get();
+      return std::move(*d);
+    }
+    tail.reset();  // a search from the start: parse the mapping
+    held_offset = 0;
+  }
+  held = file.data();
+  return zip::read_directory(held, file.size(), path);
 }
 
 }  // namespace mmnpz::detail

@@ -32,4 +32,12 @@ std::optional<zip::directory> read_directory_by_reads(const file_source& file,
                                                       std::unique_ptr<std::byte[]>& tail,
                                                       std::uint64_t& tail_offset);
 
+/// The directory of `file`: read_directory_by_reads(), or, for bytes in memory, a file already
+/// mapped or empty, and a file that must be searched from its start, zip::read_directory() of
+/// file.data() (mapping the file). `held` is set to the bytes [held_offset, file.size()) of the
+/// file that the directory points into: `tail`'s, or the mapping's (held_offset 0).
+zip::directory read_directory_of(const file_source& file, const std::string& path,
+                                 std::unique_ptr<std::byte[]>& tail, const std::byte*& held,
+                                 std::uint64_t& held_offset);
+
 }  // namespace mmnpz::detail

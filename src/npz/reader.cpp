@@ -728,29 +728,15 @@ class archive {
     }
   }
 
-  // Reads the end records with positional reads into one buffer (the last 16 KiB of the file,
-  // more when a long comment or the zip64 records ask for it; kept: the comment and what
-  // follows the archive lie there), and the central directory with it when it fits, else in
-  // pieces through a staging buffer (see zip::read_directory_tail); bytes in memory are parsed
-  // as they are. A file that must be searched from its start (an interrupted append, bytes
-  // before the archive, no end record) is mapped and parsed whole.
+  // The directory by positional reads into dir_bytes_ (kept: the comment and what follows
+  // the archive lie there); bytes in memory are parsed as they are, and a file that must be
+  // searched from its start (an interrupted append, bytes before the archive, no end record)
+  // is mapped and parsed whole. See detail::read_directory_of.
   void open_directory() {
     const std::uint64_t size = source_->size();
     const std::byte* tail = nullptr;
     std::uint64_t tail_offset = 0;
-    if (source_->is_mapped() || size == 0) {
-      tail = source_->data();
-      dir_ = zip::read_directory(tail, size, path_);
-    } else if (auto d = detail::read_directory_by_reads(*source_, path_, dir_bytes_,
-                                                        tail_offset)) {
-      dir_ = std::move(*d);
-      tail = dir_bytes_.get();
-    } else {  // a search from the start: parse the mapping
-      dir_bytes_.reset();
-      tail = source_->data();
-      tail_offset = 0;
-      dir_ = zip::read_directory(tail, size, path_);
-    }
+    dir_ = detail::read_directory_of(*source_, path_, dir_bytes_, tail, tail_offset);
     const std::uint64_t end = dir_.archive_end;
     interrupted_ = zip::starts_appended_member(tail + (end - tail_offset), size - end);
   }

@@ -13,7 +13,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <system_error>
 #include <thread>
 #include <unordered_set>
@@ -489,16 +488,9 @@ struct writer::impl {
     const std::uint64_t size = file->size();
     if (size == 0) return;
     std::unique_ptr<std::byte[]> tail;
+    const std::byte* held = nullptr;  // [tail_offset, size) of the file
     std::uint64_t tail_offset = 0;
-    std::optional<zip::directory> found =
-        detail::read_directory_by_reads(*file, path, tail, tail_offset);
-    const std::byte* held = tail.get();  // [tail_offset, size) of the file
-    if (!found) {
-      held = file->data();
-      tail_offset = 0;
-      found = zip::read_directory(held, size, path);
-    }
-    const zip::directory& d = *found;
+    const zip::directory d = detail::read_directory_of(*file, path, tail, held, tail_offset);
     if (d.archive_end < size &&
         zip::starts_appended_member(held + (d.archive_end - tail_offset), size - d.archive_end)) {
       throw errors::corrupt_zip(path, {}, d.archive_end,
