@@ -49,13 +49,16 @@ struct reader_options {
 ///
 /// Opening reads the end records and the central directory (positional reads into one
 /// buffer) and parses them only; it never reads local headers or member data, so its cost
-/// grows with the directory alone. Each member's local header and .npy header are decoded on
+/// grows with the directory alone. A file that must be searched from its start (an
+/// interrupted append, no end record, bytes before the archive) is read for that search in
+/// pieces of 4 MiB, not mapped; a file cut meanwhile gives errc::corrupt_zip ("truncated
+/// after it was opened"). Each member's local header and .npy header are decoded on
 /// first access, exactly once even when many threads ask at the same moment, and cached: a
 /// stored member's with one small read at its local header (a deflated member is inflated
 /// from the mapping). The file is mapped, once, when something first needs its bytes in
-/// memory (a view's data(), bytes(), read(), verify(), file_bytes()); the reader keeps the
-/// file open until then, and after, to read headers. Every method is const and safe to
-/// call from many threads at once. Copies share the same archive. Views keep the mapping
+/// memory (a view's data(), bytes(), read() of a deflated member, verify(), file_bytes()); the
+/// reader keeps the file open until then, and after, to read headers. Every method is const
+/// and safe to call from many threads at once. Copies share the same archive. Views keep the mapping
 /// alive after every reader is gone.
 ///
 /// Member keys follow numpy: a key is first looked up as the full name ("x.npy", "readme.txt"),
@@ -64,7 +67,7 @@ struct reader_options {
 /// Every malformed input raises mmnpz::error naming the path, the member and the byte offset.
 class reader {
  public:
-  /// Maps and opens `path`. Throws errc::io when the file cannot be opened or mapped,
+  /// Opens `path`. Throws errc::io when the file cannot be opened or read,
   /// errc::invalid_argument when `path` holds a NUL byte, and errc::corrupt_zip /
   /// errc::unsupported when its ZIP structure is bad. A file whose append was interrupted
   /// (new members after the end record, no new end record) opens as it was before the
@@ -125,10 +128,13 @@ class reader {
 
   /// Streams the member's contents (as bytes() gives them) to `sink(data, n)` in order, in
   /// pieces of `chunk` bytes, the last one shorter; `sink` is not called for an empty member.
-  /// Nothing is cached, so members larger than memory can be read: a stored member is handed
-  /// out from the mapping, a deflated one is inflated piece by piece into one buffer of
+  /// Nothing is cached, so members larger than memory can be read: a stored member is read
+  /// with positional reads, a deflated one inflated, piece by piece into one buffer of
   /// min(chunk, its size) bytes, reused for every piece (`data` is valid only during the call).
-  /// A member that bytes() or array() already decoded is handed out from that cache.
+  /// A stored member of a file cut meanwhile gives errc::corrupt_zip naming it and the
+  /// piece's offset ("truncated after it was opened"), not SIGBUS. A deflated member that
+  /// bytes() or array() already inflated is handed out from that cache, and bytes in memory
+  /// (from_bytes()) as they are.
   ///
   /// A deflated member's size and CRC-32 are checked against the central directory at the end
   /// of its stream, before the last piece is handed out; a mismatch, and any other problem,

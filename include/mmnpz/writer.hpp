@@ -213,8 +213,7 @@ struct recover_result {
 /// when it and every member before it are intact. An archive that already opens, with no
 /// interrupted append after it, is left as it is. Also removes the temporary files that
 /// writers replacing `path` left when their process died. The file is read with positional
-/// reads, not mapped (but for the search from its start that opening an archive with bytes
-/// before it needs), so a file cut meanwhile gives errc::corrupt_zip ("truncated after it was
+/// reads, not mapped, so a file cut meanwhile gives errc::corrupt_zip ("truncated after it was
 /// opened"), with nothing written. Throws errc::io for OS errors, errc::corrupt_zip when no
 /// member can be found, and errc::invalid_argument for a path holding NUL or an archive that a
 /// writer has open.

@@ -4,17 +4,19 @@
 #include <algorithm>
 
 #include "detail/errors.hpp"
+#include "detail/file_io.hpp"
 
 namespace mmnpz::detail {
 
-std::optional<zip::directory> read_directory_by_reads(const file_source& file,
-                                                      const std::string& path,
-                                                      std::unique_ptr<std::byte[]>& tail,
-                                                      std::uint64_t& tail_offset) {
+zip::directory read_directory_by_reads(const file_source& file, const std::string& path,
+                                      std::unique_ptr<std::byte[]>& tail,
+                                      std::uint64_t& tail_offset) {
   const std::uint64_t size = file.size();
   const auto read = [&](std::byte* dst, std::uint64_t n, std::uint64_t at) {
     const std::size_t done = file.read_at(dst, static_cast<std::size_t>(n), at);
-    if (done < n) throw errors::cut_since_opened(path, {}, at + done, at + done);
+    if (done < n) {
+      throw errors::cut_since_opened(path, {}, at + done, size_now(file.descriptor()));
+    }
   };
   tail_offset = size - std::min<std::uint64_t>(size, first_tail_read);
   while (true) {
@@ -23,10 +25,10 @@ std::optional<zip::directory> read_directory_by_reads(const file_source& file,
     read(tail.get(), n, tail_offset);
     std::uint64_t need = 0;
     if (auto d = zip::read_directory_tail(tail.get(), tail_offset, size, path, need, read)) {
-      return d;
+      return std::move(*d);
     }
-    if (need == 0) return std::nullopt;  // a search from the start
-    // At least twice as much each time, however little more was asked for.
+    // At least twice as much each time, however little more was asked for (only the end
+    // record's search asks, for at most its last 64 KiB).
     tail_offset = std::min(need, tail_offset - std::min(tail_offset, n));
   }
 }
@@ -36,12 +38,9 @@ zip::directory read_directory_of(const file_source& file, const std::string& pat
                                  std::uint64_t& held_offset) {
   held_offset = 0;
   if (!file.is_mapped() && file.size() != 0) {
-    if (auto d = read_directory_by_reads(file, path, tail, held_offset)) {
-      held = tail.get();
-      return std::move(*d);
-    }
-    tail.reset();  // a search from the start: parse the mapping
-    held_offset = 0;
+    zip::directory d = read_directory_by_reads(file, path, tail, held_offset);
+    held = tail.get();
+    return d;
   }
   held = file.data();
   return zip::read_directory(held, file.size(), path);

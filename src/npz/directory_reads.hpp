@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "detail/mapped_file.hpp"
@@ -19,23 +18,21 @@ namespace mmnpz::detail {
 inline constexpr std::size_t first_tail_read = 16384;
 
 /// The end records and central directory of `file` (not in memory, not empty), read with
-/// positional reads into one buffer: the last first_tail_read bytes of the file, more when a
-/// long comment or the zip64 records ask for it, and the central directory with them when it
-/// fits, else in pieces through a staging buffer (see zip::read_directory_tail). `tail` then
-/// holds [tail_offset, file.size()), which the directory points into (comment, and names when
-/// the directory lies in it). Returns nothing when the file must be searched from its start
-/// (an interrupted append, bytes before the archive, no end record); `tail` then holds what
-/// was read last, [tail_offset, file.size()). Throws the directory's
-/// errors, and corrupt_zip when the file was cut while it was read.
-std::optional<zip::directory> read_directory_by_reads(const file_source& file,
-                                                      const std::string& path,
-                                                      std::unique_ptr<std::byte[]>& tail,
-                                                      std::uint64_t& tail_offset);
+/// positional reads, never mapped: the last first_tail_read bytes of the file into one buffer,
+/// more when a long comment asks for it, and the central directory with them when it fits,
+/// else in pieces through a staging buffer; a file that must be searched from its start (an
+/// interrupted append, bytes before the archive, no end record) is searched in pieces (see
+/// zip::read_directory_tail). `tail` then holds [tail_offset, file.size()), which the
+/// directory points into (comment, and names when the directory lies in it). Throws the
+/// directory's errors, and errors::cut_since_opened's when the file was cut while it was read.
+zip::directory read_directory_by_reads(const file_source& file, const std::string& path,
+                                       std::unique_ptr<std::byte[]>& tail,
+                                       std::uint64_t& tail_offset);
 
-/// The directory of `file`: read_directory_by_reads(), or, for bytes in memory, a file already
-/// mapped or empty, and a file that must be searched from its start, zip::read_directory() of
-/// file.data() (mapping the file). `held` is set to the bytes [held_offset, file.size()) of the
-/// file that the directory points into: `tail`'s, or the mapping's (held_offset 0).
+/// The directory of `file`: read_directory_by_reads(), or, for bytes in memory and a file
+/// already mapped or empty, zip::read_directory() of file.data(). `held` is set to the bytes
+/// [held_offset, file.size()) of the file that the directory points into: `tail`'s, or the
+/// mapping's (held_offset 0).
 zip::directory read_directory_of(const file_source& file, const std::string& path,
                                  std::unique_ptr<std::byte[]>& tail, const std::byte*& held,
                                  std::uint64_t& held_offset);

@@ -365,10 +365,31 @@ class archive {
       throw errors::invalid_argument(path_, m.name, error::no_offset,
                   "read() needs pieces of at least one byte");
     }
+    const decoded* d = slots_->get(index);
+    if (d) check_contents(*d);
+    if (m.method == zip::method_stored && source_->descriptor() >= 0) {
+      // Read into one buffer, not handed out from the mapping: the file needs no mapping,
+      // and one cut meanwhile gives an error naming the byte, not SIGBUS in the sink.
+      std::uint64_t offset = 0;
+      std::uint64_t n = m.compressed_size;
+      if (d) {
+        offset = d->contents_offset;
+        n = d->contents_size;
+      } else {
+        offset = locate(m, context{path_, m.name}).offset;
+      }
+      std::vector<std::byte> buf;
+      for (std::uint64_t done = 0; done < n;) {
+        const std::uint64_t k = std::min<std::uint64_t>(piece, n - done);
+        read_some(m, buf, k, k, offset + done);
+        sink(buf.data(), static_cast<std::size_t>(k));
+        done += k;
+      }
+      return;
+    }
     const std::byte* p = nullptr;
     std::uint64_t n = 0;
-    if (const decoded* d = slots_->get(index)) {
-      check_contents(*d);
+    if (d) {
       p = contents(*d);
       n = d->contents_size;
     } else {
@@ -383,7 +404,7 @@ class archive {
                        });
         return;
       }
-      p = source_->data() + at.offset;
+      p = source_->data() + at.offset;  // bytes in memory
       n = m.compressed_size;
     }
     for (std::uint64_t done = 0; done < n; done += piece) {
@@ -501,7 +522,10 @@ class archive {
     out.resize(static_cast<std::size_t>(n));
     const std::size_t got = source_->read_at(out.data(), out.size(), offset);
     out.resize(got);
-    if (got < needed) throw errors::cut_since_opened(path_, m.name, offset, offset + got);
+    if (got < needed) {
+      throw errors::cut_since_opened(path_, m.name, offset,
+                                     detail::size_now(source_->descriptor()));
+    }
   }
 
   // Makes `at` hold the stored member's .npy header whole (as far as the member goes), with a
@@ -728,22 +752,20 @@ class archive {
     }
   }
 
-  // The directory by positional reads into dir_bytes_ (kept: the comment and what follows
-  // the archive lie there); bytes in memory are parsed as they are, and a file that must be
-  // searched from its start (an interrupted append, bytes before the archive, no end record)
-  // is mapped and parsed whole. See detail::read_directory_of.
+  // The directory by positional reads into dir_bytes_ (kept: the comment lies there), a file
+  // that must be searched from its start (an interrupted append, bytes before the archive, no
+  // end record) in pieces; bytes in memory are parsed as they are. See
+  // detail::read_directory_of.
   void open_directory() {
-    const std::uint64_t size = source_->size();
-    const std::byte* tail = nullptr;
-    std::uint64_t tail_offset = 0;
-    dir_ = detail::read_directory_of(*source_, path_, dir_bytes_, tail, tail_offset);
-    const std::uint64_t end = dir_.archive_end;
-    interrupted_ = zip::starts_appended_member(tail + (end - tail_offset), size - end);
+    const std::byte* held = nullptr;
+    std::uint64_t held_offset = 0;
+    dir_ = detail::read_directory_of(*source_, path_, dir_bytes_, held, held_offset);
+    interrupted_ = dir_.append_interrupted;
   }
 
   std::string path_;
   std::shared_ptr<const file_source> source_;
-  std::unique_ptr<std::byte[]> dir_bytes_;  // the directory, end records and what follows
+  std::unique_ptr<std::byte[]> dir_bytes_;  // the file's last bytes, which dir_ points into
   bool interrupted_ = false;
   zip::directory dir_;
   name_table names_;

@@ -429,13 +429,10 @@ rebuilt rebuild_directory(scan_source& src, const std::string& path) {
   }
 }
 
-// Whether [tail_offset, size) of the file, held in `tail`, may end with an end record: it
-// holds an end signature where the record would fit, or does not reach back as far as an end
-// record with the longest comment would.
-bool has_end_signature(const std::byte* tail, std::uint64_t tail_offset, std::uint64_t size) {
-  if (size - tail_offset < std::min(size, zip::end_search_window)) return true;
-  const std::uint64_t n = size - tail_offset;
-  for (std::uint64_t at = n - std::min(n, zip::end_search_window); at + zip::end_size <= n; ++at) {
+// Whether the file's last `n` bytes, at `tail`, hold an end signature where an end record
+// would fit.
+bool has_end_signature(const std::byte* tail, std::uint64_t n) {
+  for (std::uint64_t at = 0; at + zip::end_size <= n; ++at) {
     if (zip::signature_at(tail + at) == zip::end_sig) return true;
   }
   return false;
@@ -474,22 +471,29 @@ recover_result recover(const std::string& path) {
   if (locked.fd < 0) throw errors::os(path, "open", errno);
   if (writable) detail::lock_for_writing(locked.fd, path);
   detail::remove_stale_temps(path);
-  // Read, not mapped: a file cut while recover reads it gives an error, not a SIGBUS. Only a
-  // file that has an end signature near its end but must be searched from its start to be
-  // opened (bytes before the archive; an append interrupted after an end record) is mapped
-  // for that, as the reader maps it.
+  // Read, not mapped: a file cut while recover reads it gives an error, not a SIGBUS. A file
+  // without an end signature in its last 64 KiB (what a writer that died before close()
+  // leaves) is not intact, and is not searched from its start for an earlier archive: the
+  // scan below finds every member anyway.
   const std::shared_ptr<const detail::file_source> file =
       detail::file_source::from_descriptor(locked.fd, path);
   const std::uint64_t size = file->size();
   try {
     std::optional<zip::directory> d;
-    std::unique_ptr<std::byte[]> tail;
-    std::uint64_t tail_offset = 0;
-    detail::mapped_bytes mapped;
-    if (size != 0) d = detail::read_directory_by_reads(*file, path, tail, tail_offset);
-    if (!d && (size == 0 || has_end_signature(tail.get(), tail_offset, size))) {
-      mapped = detail::map_file(path);
-      d = zip::read_directory(mapped.data, mapped.size, path);
+    std::unique_ptr<std::byte[]> tail;  // which d points into
+    if (size != 0) {
+      const std::uint64_t last = std::min(size, zip::end_search_window);
+      tail.reset(new std::byte[static_cast<std::size_t>(last)]);
+      const std::size_t got =
+          file->read_at(tail.get(), static_cast<std::size_t>(last), size - last);
+      if (got < last) {
+        throw errors::cut_since_opened(path, {}, size - last + got,
+                                       detail::size_now(locked.fd));
+      }
+      if (has_end_signature(tail.get(), last)) {
+        std::uint64_t tail_offset = 0;
+        d = detail::read_directory_by_reads(*file, path, tail, tail_offset);
+      }
     }
     // Else no end record at all (what a writer that died before close() leaves): not intact.
     if (d && d->archive_end == size) {

@@ -481,8 +481,8 @@ struct writer::impl {
 
   void open_append() {
     // The directory by positional reads, as the reader opens it (a file cut meanwhile gives an
-    // error, not SIGBUS); a file that must be searched from its start (an interrupted append,
-    // bytes before the archive) is mapped for that search.
+    // error, not SIGBUS), also for a file that must be searched from its start (an
+    // interrupted append, bytes before the archive).
     const std::shared_ptr<const detail::file_source> file =
         detail::file_source::from_descriptor(fd, path);
     const std::uint64_t size = file->size();
@@ -491,8 +491,7 @@ struct writer::impl {
     const std::byte* held = nullptr;  // [tail_offset, size) of the file
     std::uint64_t tail_offset = 0;
     const zip::directory d = detail::read_directory_of(*file, path, tail, held, tail_offset);
-    if (d.archive_end < size &&
-        zip::starts_appended_member(held + (d.archive_end - tail_offset), size - d.archive_end)) {
+    if (d.append_interrupted) {
       throw errors::corrupt_zip(path, {}, d.archive_end,
                                 "an earlier append was interrupted here, leaving " +
                                     std::to_string(size - d.archive_end) +

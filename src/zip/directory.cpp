@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <numeric>
 #include <optional>
 
@@ -20,24 +21,94 @@ using detail::byte_reader;
 using detail::checked_add;
 using detail::context;
 
-// Where the bytes come from: the last ones of a file of `size` bytes, [offset, size), held at
-// `data`. Asking for a byte before `offset` throws need_bytes, which read_directory_tail()
-// turns into a request for more.
+// Where the bytes come from: a file of `size` bytes whose last ones, [offset, size), are held
+// at `data` (all of them when offset is 0). Bytes before `offset` are read with `read` when it
+// is given; without it, asking for them throws need_bytes, which read_directory_tail() turns
+// into a request for more.
 struct need_bytes {
   std::uint64_t from;
+};
+// An error of `read`, carried past the parser's own error handling (which takes a directory
+// that does not parse for one that is not the archive's) to read_directory_tail().
+struct read_failed {
+  error e;
+};
+// A buffer for reads, grown as needed and not cleared.
+struct read_buffer {
+  std::unique_ptr<std::byte[]> p;
+  std::uint64_t cap = 0;
+  std::byte* get(std::uint64_t n) {
+    if (n > cap) {
+      p.reset(new std::byte[static_cast<std::size_t>(n)]);
+      cap = n;
+    }
+    return p.get();
+  }
 };
 struct window {
   const std::byte* data;
   std::uint64_t offset;
   std::uint64_t size;
-  // Reads the central directory when it lies before `data` (null: ask for it with need_bytes).
-  const piece_reader* read = nullptr;
-  // The byte at absolute `pos` (pos <= size), and after it every byte up to the end.
-  const std::byte* at(std::uint64_t pos) const {
-    if (pos < offset) throw need_bytes{pos};
-    return data + (pos - offset);
+  const piece_reader* read;
+  mutable read_buffer fetched;  // what bytes() read last
+
+  // Reads [pos, pos + n) of the file into dst.
+  void fetch(std::byte* dst, std::uint64_t n, std::uint64_t pos) const {
+    try {
+      (*read)(dst, n, pos);
+    } catch (const error& e) {
+      throw read_failed{e};
+    }
+  }
+  // The n bytes at absolute `pos` (pos + n <= size): in `data`, or read before `offset`, then
+  // valid until the next call.
+  const std::byte* bytes(std::uint64_t pos, std::uint64_t n) const {
+    if (pos >= offset) return data + (pos - offset);
+    if (!read) throw need_bytes{pos};
+    std::byte* dst = fetched.get(n);
+    fetch(dst, n, pos);
+    return dst;
+  }
+  // [pos, pos + n) for a search through the file (see scan_piece): in `data`, or read into
+  // `buf`. A search before `offset` without `read` asks for the whole file.
+  const std::byte* piece(std::uint64_t pos, std::uint64_t n, read_buffer& buf) const {
+    if (pos >= offset) return data + (pos - offset);
+    if (!read) throw need_bytes{0};
+    std::byte* dst = buf.get(n);
+    fetch(dst, n, pos);
+    return dst;
   }
 };
+// A search through the file (for an interrupted append, or its first member) reads it in
+// pieces of this size, so that its memory is bounded however large the file.
+constexpr std::uint64_t scan_piece = std::uint64_t{4} << 20;
+
+// The file's first local header signature, searched from its start as far as asked and no
+// further (a search by reads costs a read of every byte it passes).
+class first_local_header {
+ public:
+  explicit first_local_header(const window& w) : w_(w) {}
+  // Its offset when it starts before `upto` (at most the file's size), else `upto`.
+  std::uint64_t before(std::uint64_t upto) {
+    while (found_ == error::no_offset && searched_ < upto) {
+      const std::uint64_t n = std::min(w_.size - searched_, scan_piece + 3);
+      const std::uint64_t at = find_local_header(w_.piece(searched_, n, buf_), n, 0);
+      if (at < n) {
+        found_ = searched_ + at;
+      } else {  // no signature starts in [searched_, searched_ + n - 3)
+        searched_ = searched_ + n == w_.size ? w_.size : searched_ + n - 3;
+      }
+    }
+    return std::min(found_, upto);
+  }
+
+ private:
+  const window& w_;
+  read_buffer buf_;
+  std::uint64_t searched_ = 0;  // no signature starts before it, unless at found_
+  std::uint64_t found_ = error::no_offset;
+};
+
 // "[start, start + sizes...)" for messages; sizes come from the file, so the end may pass
 // 2^64 (at most once: it is below 2^65 here), and is then written as "2^64 + rest".
 std::string range(std::uint64_t start, std::initializer_list<std::uint64_t> sizes) {
@@ -62,9 +133,10 @@ std::optional<end_record> find_end_record(const window& w, const context& ctx, s
   const std::uint64_t lowest = size > end_search_window ? size - end_search_window : 0;
   std::uint64_t fallback = error::no_offset;
   for (std::uint64_t pos = size - end_size + 1; pos-- > lowest;) {
-    if (pos < w.offset) throw need_bytes{lowest};  // the rest of the window, in one go
-    if (signature_at(w.at(pos)) != end_sig) continue;
-    byte_reader candidate(w.at(pos), size - pos, pos, ctx, errc::corrupt_zip);
+    // The rest of the window, in one go (the comment found must lie in `data`).
+    if (pos < w.offset) throw need_bytes{lowest};
+    if (signature_at(w.bytes(pos, 4)) != end_sig) continue;
+    byte_reader candidate(w.bytes(pos, size - pos), size - pos, pos, ctx, errc::corrupt_zip);
     const std::uint64_t comment_len = parse_end_record(candidate).comment_len;
     const std::uint64_t after = size - pos - end_size;
     if (comment_len == after) {
@@ -78,7 +150,8 @@ std::optional<end_record> find_end_record(const window& w, const context& ctx, s
           std::to_string(size - lowest) + " bytes";
     return std::nullopt;
   }
-  byte_reader r(w.at(fallback), size - fallback, fallback, ctx, errc::corrupt_zip);
+  byte_reader r(w.bytes(fallback, size - fallback), size - fallback, fallback, ctx,
+                errc::corrupt_zip);
   return parse_end_record(r);
 }
 
@@ -88,8 +161,9 @@ std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_rec
                              const context& ctx) {
   if (classic.offset < end64_locator_size) return error::no_offset;
   const std::uint64_t loc = classic.offset - end64_locator_size;
-  if (signature_at(w.at(loc)) != end64_locator_sig) return error::no_offset;
-  byte_reader l(w.at(loc), end64_locator_size, loc, ctx, errc::corrupt_zip);
+  const std::byte* l_bytes = w.bytes(loc, end64_locator_size);
+  if (signature_at(l_bytes) != end64_locator_sig) return error::no_offset;
+  byte_reader l(l_bytes, end64_locator_size, loc, ctx, errc::corrupt_zip);
   const end64_locator locator = parse_end64_locator(l);
   const std::uint64_t stated = locator.end64_offset;
   if (locator.end64_disk != 0 || locator.disks > 1) {
@@ -100,17 +174,26 @@ std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_rec
   // The record sits right before the locator unless it has extensible data; its stated
   // offset is wrong when bytes were prepended, so try where it must be first.
   std::uint64_t pos = error::no_offset;
-  if (loc >= end64_size && signature_at(w.at(loc - end64_size)) == end64_sig) {
+  if (loc >= end64_size && signature_at(w.bytes(loc - end64_size, 4)) == end64_sig) {
     pos = loc - end64_size;
-  } else if (stated <= loc - std::min(loc, end64_size) && signature_at(w.at(stated)) == end64_sig) {
+  } else if (stated <= loc - std::min(loc, end64_size) &&
+             signature_at(w.bytes(stated, 4)) == end64_sig) {
     pos = stated;
   } else {
     ctx.fail(errc::corrupt_zip, loc,
              "zip64 end of central directory locator points to " + std::to_string(stated) +
                  ", where there is no zip64 end record");
   }
-  byte_reader r(w.at(pos), loc - pos, pos, ctx, errc::corrupt_zip);
-  const end_record z = parse_end64_record(r);
+  // Its extensible data, up to the locator, is passed over without being read.
+  const std::uint64_t avail = loc - pos;
+  const std::uint64_t fixed = std::min(avail, end64_size);
+  byte_reader r(w.bytes(pos, fixed), fixed, pos, ctx, errc::corrupt_zip);
+  std::uint64_t extensible = 0;
+  const end_record z = parse_end64_fixed(r, extensible);
+  if (extensible > avail - fixed) {
+    r.fail("truncated zip64 extensible data: needs " + std::to_string(extensible) + " bytes, " +
+           std::to_string(avail - fixed) + " remain");
+  }
   e.disk = z.disk;
   e.cd_disk = z.cd_disk;
   e.entries_here = z.entries_here;
@@ -229,8 +312,7 @@ std::string_view keep_name(directory& d, std::string_view name) {
 // point into the buffer only until `parse` returns. The buffer is 64 KiB (reused from the heap
 // by the next opening; fresh pages cost a fault each), grown for an entry longer than that.
 template <class Parse>
-void read_in_pieces(const piece_reader& read, const directory& d, const context& ctx,
-                    Parse&& parse) {
+void read_in_pieces(const window& w, const directory& d, const context& ctx, Parse&& parse) {
   constexpr std::uint64_t staging = std::uint64_t{1} << 16;
   const std::uint64_t end = d.cd_offset + d.cd_size;
   std::size_t cap = static_cast<std::size_t>(std::min(d.cd_size, staging));
@@ -256,7 +338,7 @@ void read_in_pieces(const piece_reader& read, const directory& d, const context&
       have = left;
       at = 0;
       const std::uint64_t n = std::min<std::uint64_t>(cap - have, end - buf_offset - have);
-      read(buf.get() + have, n, buf_offset + have);
+      w.fetch(buf.get() + have, n, buf_offset + have);
       have += static_cast<std::size_t>(n);
       continue;
     }
@@ -272,6 +354,10 @@ directory read_from(const window& w, const end_record& classic, const std::strin
   directory d;
   end_record e = classic;
   place_directory(w, classic, d, e, ctx);
+  if (classic.offset < w.offset) {  // read for a search: the comment must outlive the read
+    d.name_store.emplace_back(classic.comment);
+    d.comment = d.name_store.back();
+  }
   d.members.reserve(
       static_cast<std::size_t>(std::min(e.entries, d.cd_size / central_header_size)));
   bool ascending = true;
@@ -284,10 +370,11 @@ directory read_from(const window& w, const end_record& classic, const std::strin
     d.members.push_back(m);
   };
   if (d.cd_offset >= w.offset || !w.read) {
-    byte_reader r(w.at(d.cd_offset), d.cd_size, d.cd_offset, ctx, errc::corrupt_zip);
+    byte_reader r(w.bytes(d.cd_offset, d.cd_size), d.cd_size, d.cd_offset, ctx,
+                  errc::corrupt_zip);
     while (!r.empty()) add(parse_central_entry(r, d.members.size(), converted));
   } else {
-    read_in_pieces(*w.read, d, ctx, [&](byte_reader& r) {
+    read_in_pieces(w, d, ctx, [&](byte_reader& r) {
       central_entry c = parse_central_entry(r, d.members.size(), converted);
       if (converted.empty()) c.name = keep_name(d, c.name);
       add(c);
@@ -308,35 +395,52 @@ directory read_from(const window& w, const end_record& classic, const std::strin
 // end record inside an appended member's data, say of a .zip stored as bytes, does not),
 // or, when it lists none, no member may precede it. Tries a bounded number of candidates,
 // so that a file full of end signatures costs no more than a few directory parses.
+//
+// The file is searched backwards a piece at a time (scan_piece bytes, and past them the
+// longest end record and comment a candidate in the piece may have, so that checking one
+// reads nothing more).
 std::optional<directory> interrupted_append(const window& w, std::uint64_t before,
                                             const std::string& path) {
   constexpr int max_candidates = 64;
-  const std::byte* data = w.at(0);  // a search from the file's start
+  constexpr std::uint64_t record_reach = end_search_window + 4;  // record, comment, signature
   const std::uint64_t size = w.size;
   const context ctx{path};
-  const std::uint64_t first_member = find_local_header(data, size, 0);
+  first_local_header first_member(w);
+  read_buffer buf;
   int tried = 0;
   std::uint64_t pos = std::min(before, size - std::min(size, end_size) + 1);
   while (pos > 0 && tried < max_candidates) {
-    const void* hit = ::memrchr(data, 0x50, static_cast<std::size_t>(pos));  // 'P'
-    if (!hit) break;
-    pos = static_cast<std::uint64_t>(static_cast<const std::byte*>(hit) - data);
-    if (size - pos < end_size || signature_at(data + pos) != end_sig) continue;
-    byte_reader r(data + pos, size - pos, pos, ctx, errc::corrupt_zip);
-    const end_record e = parse_end_record(r);
-    const std::uint64_t archive_end = pos + end_size + e.comment_len;
-    if (e.comment.size() != e.comment_len || archive_end == size ||
-        !starts_appended_member(data + archive_end, size - archive_end)) {
-      continue;
-    }
-    ++tried;
-    try {
-      directory d = read_from(w, e, path);
-      const bool first =
-          d.members.empty() ? first_member >= archive_end : d.leading_bytes == first_member;
+    // Candidates in [lo, pos), whose bytes lie in [lo, hi).
+    const std::uint64_t lo = pos > w.offset ? w.offset : pos - std::min(pos, scan_piece);
+    const std::uint64_t hi = lo >= w.offset ? size : std::min(size, pos + record_reach);
+    const std::byte* data = w.piece(lo, hi - lo, buf);
+    while (pos > lo && tried < max_candidates) {
+      const void* hit = ::memrchr(data, 0x50, static_cast<std::size_t>(pos - lo));  // 'P'
+      if (!hit) {
+        pos = lo;
+        break;
+      }
+      pos = lo + static_cast<std::uint64_t>(static_cast<const std::byte*>(hit) - data);
+      const std::byte* at = data + (pos - lo);
+      if (size - pos < end_size || signature_at(at) != end_sig) continue;
+      byte_reader r(at, hi - pos, pos, ctx, errc::corrupt_zip);
+      const end_record e = parse_end_record(r);
+      const std::uint64_t archive_end = pos + end_size + e.comment_len;
+      if (e.comment.size() != e.comment_len || archive_end == size ||
+          !starts_appended_member(data + (archive_end - lo), size - archive_end)) {
+        continue;
+      }
+      ++tried;
+      std::optional<directory> d;
+      try {
+        d = read_from(w, e, path);
+      } catch (const error&) {
+        continue;  // not the archive's end record: keep looking
+      }
+      const bool first = d->members.empty()
+                             ? first_member.before(archive_end) == archive_end
+                             : first_member.before(d->leading_bytes + 1) == d->leading_bytes;
       if (first) return d;
-    } catch (const error&) {
-      // Not the archive's end record: keep looking.
     }
   }
   return std::nullopt;
@@ -362,7 +466,7 @@ directory read_window(const window& w, const std::string& path) {
   if (!classic) {
     if (auto d = interrupted_append(w, w.size, path)) return std::move(*d);
     // Members without a directory: what a writer that died before close() leaves.
-    if (find_local_header(w.at(0), w.size, 0) < w.size) {
+    if (first_local_header(w).before(w.size) < w.size) {
       why += "; running `mmnpz recover` on it may restore its members";
     }
     ctx.fail(errc::corrupt_zip, error::no_offset, why);
@@ -373,7 +477,7 @@ directory read_window(const window& w, const std::string& path) {
     // An archive after bytes that hold a member of their own may be one stored in a member
     // that an interrupted append wrote (a .zip written as bytes): the outer archive wins.
     if (d.shift != 0 && !d.members.empty() &&
-        d.leading_bytes != find_local_header(w.at(0), w.size, 0)) {
+        first_local_header(w).before(d.leading_bytes + 1) != d.leading_bytes) {
       if (auto outer = interrupted_append(w, classic->offset, path)) {
         return std::move(*outer);
       }
@@ -387,20 +491,32 @@ directory read_window(const window& w, const std::string& path) {
   }
 }
 
+// read_window(), and whether the start of a local header follows the archive.
+directory read_marked(const window& w, const std::string& path) {
+  directory d = read_window(w, path);
+  const std::uint64_t after = w.size - d.archive_end;
+  d.append_interrupted =
+      after != 0 &&
+      starts_appended_member(w.bytes(d.archive_end, std::min<std::uint64_t>(after, 4)), after);
+  return d;
+}
+
 }  // namespace
 
 directory read_directory(const std::byte* data, std::uint64_t size, const std::string& path) {
-  return read_window(window{data, 0, size}, path);
+  return read_marked(window{data, 0, size, nullptr, {}}, path);
 }
 
 std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_t tail_offset,
                                              std::uint64_t file_size, const std::string& path,
                                              std::uint64_t& need, const piece_reader& read) {
   try {
-    return read_window(window{tail, tail_offset, file_size, read ? &read : nullptr}, path);
+    return read_marked(window{tail, tail_offset, file_size, read ? &read : nullptr, {}}, path);
   } catch (const need_bytes& more) {
     need = more.from;
     return std::nullopt;
+  } catch (const read_failed& failed) {
+    throw failed.e;
   }
 }
 

@@ -30,6 +30,9 @@ struct directory {
   std::uint64_t leading_bytes = 0;  ///< absolute offset of the archive's first byte
   std::string_view comment;
   bool zip64 = false;
+  /// The start of a local header follows the archive (archive_end < file size): an append
+  /// was interrupted there.
+  bool append_interrupted = false;
 };
 
 /// Reads the end record (searched backwards past a comment), the zip64 locator and end record
@@ -46,15 +49,20 @@ directory read_directory(const std::byte* data, std::uint64_t size, const std::s
 /// Reads `n` bytes of the file at `offset` into `dst`, all of them, or throws.
 using piece_reader = std::function<void(std::byte* dst, std::uint64_t n, std::uint64_t offset)>;
 
-/// read_directory() from the file's last bytes alone: `tail` holds [tail_offset, file_size).
+/// read_directory() from the file's last bytes: `tail` holds [tail_offset, file_size).
 /// Returns the directory read_directory() would return for the whole file (or throws its
 /// error), or nothing when it needs bytes before `tail_offset`; `need` is then the lowest
-/// offset it asked for (0 when it searches the file from its start: an interrupted append, a
-/// file without an end record, bytes before the archive), and a call with [need, file_size)
-/// goes further. The directory points into `tail` (comment, and names when the directory lies
-/// in it). Given `read`, a central directory before the tail is not asked for but read in
-/// pieces of 64 KiB through one staging buffer (its names copied), so that the memory a
-/// large directory takes is its parsed entries' alone.
+/// offset it asked for, and a call with [need, file_size) goes further.
+///
+/// Without `read`, any byte before the tail is asked for that way (`need` is 0 when the file
+/// must be searched from its start: an interrupted append, a file without an end record,
+/// bytes before the archive). Given `read`, only the end record's search asks (for at most
+/// its last 64 KiB and comment, which the directory then points into), and everything else is
+/// read with `read` in bounded pieces: a central directory before the tail in pieces of 64 KiB
+/// through one staging buffer (its names copied), the zip64 records, and a search from the
+/// file's start in pieces of 4 MiB. The memory that takes is the parsed entries' and those
+/// pieces', however large the file. The directory points into `tail` (comment, and names
+/// when the directory lies in it). `read`'s errors propagate as they are.
 std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_t tail_offset,
                                              std::uint64_t file_size, const std::string& path,
                                              std::uint64_t& need, const piece_reader& read = {});

@@ -355,7 +355,7 @@ end_record parse_end_record(byte_reader& r) {
   return e;
 }
 
-end_record parse_end64_record(byte_reader& r) {
+end_record parse_end64_fixed(byte_reader& r, std::uint64_t& extensible) {
   end_record e;
   e.offset = r.offset();
   if (r.le32() != end64_sig) r.fail_at(e.offset, "bad zip64 end of central directory signature");
@@ -369,7 +369,14 @@ end_record parse_end64_record(byte_reader& r) {
   e.entries = r.le64();
   e.cd_size = r.le64();
   e.cd_offset = r.le64();
-  r.skip(record_size - (end64_size - 12), "zip64 extensible data");
+  extensible = record_size - (end64_size - 12);
+  return e;
+}
+
+end_record parse_end64_record(byte_reader& r) {
+  std::uint64_t extensible = 0;
+  const end_record e = parse_end64_fixed(r, extensible);
+  r.skip(extensible, "zip64 extensible data");
   return e;
 }
 

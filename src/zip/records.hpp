@@ -221,6 +221,9 @@ end_record parse_end_record(byte_reader& r);
 /// The zip64 end record (the same fields, 64 bits wide); the cursor ends after its extensible
 /// data.
 end_record parse_end64_record(byte_reader& r);
+/// The zip64 end record's fixed part alone: the cursor ends before its extensible data, whose
+/// length `extensible` is set to (for a caller that skips it without reading it).
+end_record parse_end64_fixed(byte_reader& r, std::uint64_t& extensible);
 
 /// The zip64 end record locator.
 struct end64_locator {

@@ -17,6 +17,7 @@
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
 #include "zip/directory.hpp"
+#include "zip/format.hpp"
 
 namespace {
 
@@ -219,9 +220,10 @@ std::string summary_of(const std::function<mmnpz::zip::directory()>& read) {
   }
 }
 
-// Opening by reads, as the reader opens a file: the last `first` bytes, more when the
-// directory asks for them (the whole file when it searches from the start), the central
-// directory before them in pieces. It must say what reading the whole file says.
+// Opening by reads, as the reader opens a file: the last `first` bytes, more when the end
+// record's search asks for them (never more than its window), and everything else before them
+// read in pieces: the central directory, the zip64 records, a search from the file's start.
+// It must say what reading the whole file says.
 void check_opening_by_reads(const std::byte* data, std::size_t size, std::uint64_t first) {
   const std::string path = "fuzz.npz";
   const std::string whole =
@@ -238,6 +240,8 @@ void check_opening_by_reads(const std::byte* data, std::size_t size, std::uint64
         return std::move(*d);
       }
       require(need < offset, "read_directory_tail asked for no new bytes");
+      require(size - need <= mmnpz::zip::end_search_window,
+              "read_directory_tail asked for more than the end record's window");
       offset = need;
     }
   });

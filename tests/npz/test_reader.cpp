@@ -1,12 +1,15 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -809,5 +812,200 @@ TEST_SUITE("reader: reads") {
       CHECK(expected.find(says) != std::string::npos);
       CHECK_THROWS_WITH_AS(mmnpz::reader{bad_path}, expected.c_str(), mmnpz::error);
     }
+  }
+
+  // What opening says of a file, for comparing the file read by pieces with its bytes in memory.
+  std::string opened(const std::function<mmnpz::reader()>& open) {
+    try {
+      const mmnpz::reader r = open();
+      std::string out = std::to_string(r.leading_bytes()) + " " +
+                        std::to_string(r.bytes_after_archive()) + " " +
+                        (r.was_interrupted() ? "interrupted " : "") +
+                        std::to_string(r.comment().size()) + "|";
+      for (const auto& name : r.names()) out += name + "|";
+      return out;
+    } catch (const mmnpz::error& e) {
+      return std::string("error: ") + e.what();
+    }
+  }
+
+  TEST_CASE("read() reads a stored member into its buffer: the file stays unmapped, and a cut "
+            "meanwhile names the member and the piece, not SIGBUS") {
+    const std::string path = test::scratch("read_stored.npz");
+    std::vector<std::uint8_t> blob(100000);
+    for (std::size_t k = 0; k < blob.size(); ++k) blob[k] = static_cast<std::uint8_t>(k * 13);
+    {
+      mmnpz::writer w(path);
+      w.write_bytes("blob.bin", blob.data(), blob.size());
+    }
+    const std::string bytes = test::read_file(path);
+    for (const bool decoded : {false, true}) {
+      CAPTURE(decoded);
+      const mmnpz::reader r(path);
+      const std::uint64_t at = r.member(0).local_header_offset;
+      const std::uint64_t data_at = bytes.find(std::string(blob.begin(), blob.begin() + 64));
+      if (decoded) CHECK_FALSE(r.is_array(0));  // decodes the member, by a read
+      std::string got;
+      const std::byte* previous = nullptr;
+      r.read("blob.bin", [&](const std::byte* p, std::size_t n) {
+        if (previous) CHECK(p == previous);  // one buffer, reused
+        previous = p;
+        got.append(reinterpret_cast<const char*>(p), n);
+      }, 4096);
+      CHECK(got == std::string(blob.begin(), blob.end()));
+      CHECK_FALSE(is_mapped(path));
+      // Cut in the member's fourth piece (its local header read again when not decoded).
+      REQUIRE(data_at > at);
+      const std::uint64_t cut = data_at + 3 * 4096 + 100;
+      REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
+      std::size_t pieces = 0;
+      CHECK_THROWS_WITH_AS(
+          r.read("blob.bin", [&](const std::byte*, std::size_t) { ++pieces; }, 4096),
+          (path + ": member 'blob.bin' at offset " + std::to_string(data_at + 3 * 4096) +
+           ": the archive was truncated after it was opened: the file now ends at byte " +
+           std::to_string(cut))
+              .c_str(),
+          mmnpz::error);
+      CHECK(pieces == 3);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    }
+    // Bytes in memory are handed out as they are.
+    const mmnpz::reader m = mmnpz::reader::from_bytes(bytes.data(), bytes.size());
+    std::string got;
+    m.read("blob.bin", [&](const std::byte* p, std::size_t n) {
+      CHECK(p == m.bytes("blob.bin").data + got.size());
+      got.append(reinterpret_cast<const char*>(p), n);
+    }, 4096);
+    CHECK(got == std::string(blob.begin(), blob.end()));
+  }
+
+  TEST_CASE("a file searched from its start is read in 4 MiB pieces, not mapped, and opens as "
+            "its bytes in memory do") {
+    constexpr std::uint64_t piece = std::uint64_t{4} << 20;  // the search's piece
+    constexpr std::uint64_t last = 22 + 65535;                // where the end record is sought
+    // The archive "old" (3 members, a comment of the longest length), then an append of a
+    // 4.5 MiB member whose bytes hold end signatures in their first 4 MiB - 100 KiB (below
+    // where the end record is sought in every cut below): many bare, and 16 followed by a
+    // local header (candidates that cost a parse, as an end record of an append would).
+    const std::string path = test::scratch("searched_in_pieces.npz");
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::create, 64});
+      for (int k = 0; k < 3; ++k) {
+        const std::int32_t v[] = {k, k + 1, k + 2};
+        w.write("a" + std::to_string(k), v, {3});
+      }
+      w.close();
+    }
+    {
+      mmnpz::writer_options o{mmnpz::open_mode::append};
+      o.comment = std::string(65535, 'c');
+      mmnpz::writer w(path, o);
+      w.close();
+    }
+    const std::string old = test::read_file(path);
+    const std::uint64_t old_end = old.rfind("PK\x05\x06");
+    {
+      std::string noise(piece + piece / 8, '\0');
+      std::uint32_t x = 12345;
+      for (auto& c : noise) c = static_cast<char>((x = x * 1103515245 + 12345) >> 24);
+      const std::size_t decoys_end = piece - 100 * 1024;
+      for (std::size_t at = 100; at < decoys_end; at += 4099) noise.replace(at, 4, "PK\x05\x06");
+      for (std::size_t at = 7; at < decoys_end; at += 250000) {
+        noise.replace(at, 26, std::string("PK\x05\x06", 4) + std::string(18, '\0') + "PK\x03\x04");
+      }
+      mmnpz::writer w(path, {mmnpz::open_mode::append});
+      w.write_bytes("noise.bin", noise.data(), noise.size());
+    }
+    const std::string whole = test::read_file(path);
+    const auto check = [&](const std::string& bytes, std::uint64_t old_at) {
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+      const std::string in_memory = opened(
+          [&] { return mmnpz::reader::from_bytes(bytes.data(), bytes.size(), path); });
+      const std::string by_reads = opened([&] { return mmnpz::reader(path); });
+      CAPTURE(by_reads.substr(0, 300));
+      CHECK(by_reads == in_memory);
+      // The old archive is found, as it was before the append.
+      CHECK(by_reads.rfind(std::to_string(old_at) + " " +
+                               std::to_string(bytes.size() - (old_at + old.size())) +
+                               " interrupted 65535|a0|a1|a2|",
+                           0) == 0);
+      mmnpz::reader r(path);
+      CHECK_FALSE(is_mapped(path));
+    };
+    // Cuts that put the old end record at the first piece's lowest bytes and around them:
+    // the search reads [size - last, size) first, then pieces below it.
+    for (std::int64_t d = -30; d <= 30; ++d) {
+      CAPTURE(d);
+      check(whole.substr(0, static_cast<std::size_t>(
+                                static_cast<std::int64_t>(old_end + last + piece) + d)),
+            0);
+    }
+    // Bytes before the archive, its first member at the end of the first piece of the search
+    // for the file's first member and around it; the append cut in its local header (the old
+    // end record, 65,557 bytes with its comment, lies before the last 64 KiB).
+    const std::string cut = whole.substr(0, old.size() + 10);
+    for (std::uint64_t prefix = piece - 5; prefix <= piece + 5; ++prefix) {
+      CAPTURE(prefix);
+      check(std::string(prefix, '\0') + cut, prefix);
+    }
+  }
+
+  TEST_CASE("a file cut while it is searched from its start gives an error saying where it now "
+            "ends, not a SIGBUS") {
+    // An archive, then an append interrupted in a 4 GiB member (a hole): opening searches all
+    // of it, backwards from the end, and the file is cut to 8 KiB meanwhile.
+    const std::string path = make_archive("cut_while_searched.npz", 3);
+    const std::uint64_t old_size = test::read_file(path).size();
+    {
+      const std::string big = "x";
+      mmnpz::writer w(path, {mmnpz::open_mode::append});
+      w.write_bytes("big.bin", big.data(), big.size());
+    }
+    const std::uint64_t cut = 8192;
+    {
+      const std::string bytes = test::read_file(path).substr(0, old_size + 10);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+      REQUIRE(::truncate(path.c_str(), std::int64_t{4} << 30) == 0);
+    }
+    int ready[2], report[2];
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(report) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::alarm(60);
+      const char go = 1;
+      if (::write(ready[1], &go, 1) != 1) std::_Exit(4);
+      std::string what = "the reader opened";
+      try {
+        mmnpz::reader r(path);
+      } catch (const mmnpz::error& e) {
+        what = e.what();
+      }
+      if (::write(report[1], what.data(), what.size()) < 0) std::_Exit(4);
+      std::_Exit(0);
+    }
+    ::close(ready[1]);
+    ::close(report[1]);
+    char go = 0;
+    REQUIRE(::read(ready[0], &go, 1) == 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the search is reading zeros
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    std::string what(4096, '\0');
+    const ssize_t n = ::read(report[0], what.data(), what.size());
+    what.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    ::close(ready[0]);
+    ::close(report[0]);
+    REQUIRE_MESSAGE(WIFEXITED(status), "the reader died of signal ", WTERMSIG(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CAPTURE(what);
+    CHECK(what.rfind(path + " at offset ", 0) == 0);
+    const std::string tail = ": the archive was truncated after it was opened: the file now ends "
+                             "at byte " + std::to_string(cut);
+    CHECK(what.size() > tail.size());
+    CHECK(what.compare(what.size() - tail.size(), tail.size(), tail) == 0);
+    ::unlink(path.c_str());
   }
 }
