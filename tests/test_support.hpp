@@ -3,13 +3,20 @@
 // Helpers shared by the tests: scratch files and running numpy / unzip on what we wrote.
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
+#include <thread>
 
 namespace test {
 
@@ -57,6 +64,63 @@ inline std::string hex(const void* data, std::size_t n) {
     out += digits[p[i] & 15];
   }
   return out;
+}
+
+/// What `work` says when `path` is cut to `cut` bytes while it runs: `work` runs in a forked
+/// child (at most 60 s), and this process cuts the file `after_ms` milliseconds after the
+/// child started. Returns the message of the exception `work` threw ("returned" when none),
+/// or "died of signal N" when the child did not get to report (SIGBUS: what such tests are
+/// for).
+inline std::string cut_while_running(const std::string& path, std::uint64_t cut, int after_ms,
+                                     const std::function<void()>& work) {
+  int ready[2], report[2];
+  if (::pipe(ready) != 0 || ::pipe(report) != 0) return "no pipe";
+  const pid_t child = ::fork();
+  if (child < 0) return "no fork";
+  if (child == 0) {
+    ::alarm(60);
+    const char go = 1;
+    if (::write(ready[1], &go, 1) != 1) std::_Exit(4);
+    std::string what = "returned";
+    try {
+      work();
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    if (::write(report[1], what.data(), what.size()) < 0) std::_Exit(4);
+    std::_Exit(0);
+  }
+  ::close(ready[1]);
+  ::close(report[1]);
+  char go = 0;
+  std::string what;
+  if (::read(ready[0], &go, 1) == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
+    if (::truncate(path.c_str(), static_cast<off_t>(cut)) != 0) what = "cannot cut the file";
+  }
+  std::array<char, 4096> buf{};
+  ssize_t n = 0;
+  std::string said;
+  while ((n = ::read(report[0], buf.data(), buf.size())) > 0) said.append(buf.data(), n);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(ready[0]);
+  ::close(report[0]);
+  if (WIFSIGNALED(status)) return "died of signal " + std::to_string(WTERMSIG(status));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "exited badly";
+  return what.empty() ? said : what;
+}
+
+/// Whether `what` is the error of reading `path` at some offset after it was cut to `cut`
+/// bytes: "<path> at offset X: the archive was truncated after it was opened: the file now
+/// ends at byte <cut>".
+inline bool is_cut_error(const std::string& what, const std::string& path, std::uint64_t cut) {
+  const std::string head = path + " at offset ";
+  const std::string tail =
+      ": the archive was truncated after it was opened: the file now ends at byte " +
+      std::to_string(cut);
+  return what.size() > head.size() + tail.size() && what.compare(0, head.size(), head) == 0 &&
+         what.compare(what.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 }  // namespace test
