@@ -55,7 +55,8 @@ const command_text commands[] = {
      "prints one JSON array of objects per FILE instead."},
     {"info", "a summary of each archive",
      "A summary: members, bytes, deflated members, how the array data is aligned (powers of\n"
-     "two up to 65536), zip64, comment, bytes before the archive, duplicate names. --json\n"
+     "two up to 65536), zip64, comment, bytes before and after the archive (what an interrupted\n"
+     "append left), duplicate names. --json\n"
      "prints one JSON object per FILE instead."},
     {"verify", "check every member's CRC-32 and headers (exit 1 if any is bad)",
      "Decodes every member's local header and .npy header and checks its CRC-32, in parallel.\n"
@@ -191,10 +192,25 @@ class progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// Opens `path`, saying on stderr when an interrupted append left bytes after the archive's end
+// record: the archive then opens as it was before the append, without the members it was
+// writing, which `recover` restores.
+reader open_archive(const std::string& path) {
+  reader_options o;
+  o.on_interrupted_append = [](const std::string& p, std::uint64_t n) {
+    std::fprintf(stderr,
+                 "mmnpz: warning: %s: an interrupted append left %llu bytes after the archive's "
+                 "end record; opened the archive as it was before the append. `mmnpz recover "
+                 "%s` restores the appended members.\n",
+                 p.c_str(), static_cast<unsigned long long>(n), p.c_str());
+  };
+  return reader(path, o);
+}
+
 int cmd_ls(const ls_options& a) {
   const bool json = a.json;
   for (const auto& path : a.files) {
-    const reader r(path);
+    const reader r = open_archive(path);
     if (!json && a.files.size() > 1) std::printf("%s:\n", path.c_str());
     if (json) std::printf("[");
     for (std::size_t i = 0; i < r.size(); ++i) {
@@ -255,7 +271,7 @@ int cmd_ls(const ls_options& a) {
 
 int cmd_info(const info_options& a) {
   for (const auto& path : a.files) {
-    const reader r(path);
+    const reader r = open_archive(path);
     std::uint64_t bytes = 0, deflated = 0, arrays = 0;
     std::map<std::uint64_t, std::size_t> alignments;
     std::map<std::string_view, std::size_t> seen;
@@ -284,11 +300,14 @@ int cmd_info(const info_options& a) {
       std::printf(
           "{\"path\": %s, \"members\": %zu, \"bytes\": %llu, \"file_bytes\": %llu, "
           "\"deflated\": %llu, \"zip64\": %s, \"alignments\": {%s}, \"leading_bytes\": %llu, "
-          "\"comment_bytes\": %zu, \"duplicate_names\": %zu}\n",
+          "\"comment_bytes\": %zu, \"duplicate_names\": %zu, \"bytes_after_archive\": %llu, "
+          "\"interrupted_append\": %s}\n",
           json_string(path).c_str(), r.size(), static_cast<unsigned long long>(bytes),
           static_cast<unsigned long long>(r.file_size()), static_cast<unsigned long long>(deflated),
           r.is_zip64() ? "true" : "false", by_alignment.c_str(),
-          static_cast<unsigned long long>(r.leading_bytes()), r.comment().size(), duplicates);
+          static_cast<unsigned long long>(r.leading_bytes()), r.comment().size(), duplicates,
+          static_cast<unsigned long long>(r.bytes_after_archive()),
+          r.was_interrupted() ? "true" : "false");
       continue;
     }
     std::printf("%s: %zu members, %llu bytes (%llu in the file), %llu deflated, zip64 %s\n",
@@ -302,6 +321,10 @@ int cmd_info(const info_options& a) {
     std::printf("%s\n", arrays ? "" : " none");
     std::printf("  bytes before the archive: %llu; comment: %zu bytes; duplicate names: %zu\n",
                 static_cast<unsigned long long>(r.leading_bytes()), r.comment().size(), duplicates);
+    std::printf("  bytes after the archive: %llu%s\n",
+                static_cast<unsigned long long>(r.bytes_after_archive()),
+                r.was_interrupted() ? " (an interrupted append: `mmnpz recover` restores its members)"
+                                    : "");
   }
   return exit_ok;
 }
@@ -313,7 +336,7 @@ int cmd_verify(const verify_options& a) {
     std::vector<std::string> bad;
     std::size_t checked = 0;
     try {
-      const reader r(path);
+      const reader r = open_archive(path);
       std::vector<std::size_t> todo;
       if (a.quick) {
         if (r.size()) todo.push_back(r.size() - 1);
@@ -497,7 +520,7 @@ int write_archive(const write_options& a) {
   std::vector<reader> readers;
   std::uint64_t total = 0;
   for (const auto& p : a.inputs) {
-    readers.emplace_back(p);
+    readers.push_back(open_archive(p));
     for (std::size_t i = 0; i < readers.back().size(); ++i) {
       total += readers.back().member(i).uncompressed_size;
     }
@@ -555,7 +578,7 @@ void extract_member(const reader& r, std::size_t i, const std::string& target) {
 
 int cmd_extract(const extract_options& a) {
   const std::string& dir = a.dir;
-  const reader r(a.file);
+  const reader r = open_archive(a.file);
   for (const auto& key : a.members) {
     const std::size_t i = r.index_of(key);
     const std::string name(r.member(i).name);

@@ -544,7 +544,9 @@ INFO = re.compile(
     r"file\), (?P<deflated>\d+) deflated, zip64 (?P<zip64>yes|no)\n"
     r"  stored arrays by data alignment \(bytes\):(?P<alignments>.*)\n"
     r"  bytes before the archive: (?P<leading_bytes>\d+); comment: (?P<comment_bytes>\d+) bytes; "
-    r"duplicate names: (?P<duplicate_names>\d+)\n")
+    r"duplicate names: (?P<duplicate_names>\d+)\n"
+    r"  bytes after the archive: (?P<bytes_after_archive>\d+)(?P<interrupted_append> \(an "
+    r"interrupted append: `mmnpz recover` restores its members\))?\n")
 
 
 def test_info_json_agrees_with_info(mixed, tmp_path):
@@ -561,14 +563,39 @@ def test_info_json_agrees_with_info(mixed, tmp_path):
         alignments = m["alignments"].strip()
         want = {
             "path": m["path"], "zip64": m["zip64"] == "yes",
+            "interrupted_append": m["interrupted_append"] is not None,
             "alignments": {} if alignments == "none" else
             {k: int(v) for k, v in re.findall(r"(\d+): (\d+)", alignments)},
             **{k: int(m[k]) for k in ("members", "bytes", "file_bytes", "deflated",
-                                      "leading_bytes", "comment_bytes", "duplicate_names")}}
+                                      "leading_bytes", "comment_bytes", "duplicate_names",
+                                      "bytes_after_archive")}}
         assert got == want
     assert objects[0]["comment_bytes"] == 12 and objects[0]["deflated"] == 0
     assert objects[1]["deflated"] == 4 and objects[1]["alignments"] == {}
     assert objects[0]["path"] == str(mixed) and sum(objects[0]["alignments"].values()) == 3
+
+
+def test_commands_warn_of_an_interrupted_append_and_info_counts_its_bytes(mixed, tmp_path):
+    old_size = mixed.stat().st_size
+    with mmnpz.NpzWriter(mixed, "a") as w:
+        w.write("new", np.arange(100_000))  # more than the 64 KiB end record window
+    cut = old_size + 50_000
+    mixed.write_bytes(mixed.read_bytes()[:cut])
+    warning = (f"mmnpz: warning: {mixed}: an interrupted append left {cut - old_size} bytes "
+               "after the archive's end record; opened the archive as it was before the append. "
+               f"`mmnpz recover {mixed}` restores the appended members.\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    for args in (["ls", mixed], ["info", mixed], ["verify", mixed],
+                 ["align", mixed, tmp_path / "aligned.npz"], ["extract", "-o", out, mixed, "a", "readme.txt"]):
+        got = run(*args)
+        assert (got.returncode, got.stderr) == (0, warning), args
+    info = json.loads(run("info", "--json", mixed).stdout)
+    assert (info["bytes_after_archive"], info["interrupted_append"]) == (cut - old_size, True)
+    assert sorted(p.name for p in out.iterdir()) == ["a.npy", "readme.txt"]
+    assert mmnpz.load(tmp_path / "aligned.npz").files == ["a", "f", "s", "readme.txt"]
+    intact = json.loads(run("info", "--json", write_mixed(tmp_path / "intact.npz")).stdout)
+    assert (intact["bytes_after_archive"], intact["interrupted_append"]) == (0, False)
 
 
 def test_verify_json_agrees_with_verify(mixed, tmp_path):
