@@ -1,6 +1,8 @@
 // read_directory_by_reads(): the directory of an archive by positional reads.
 #include "npz/directory_reads.hpp"
 
+#include <fcntl.h>
+
 #include <algorithm>
 
 #include "detail/errors.hpp"
@@ -12,7 +14,17 @@ zip::directory read_directory_by_reads(const file_source& file, const std::strin
                                       std::unique_ptr<std::byte[]>& tail,
                                       std::uint64_t& tail_offset) {
   const std::uint64_t size = file.size();
+  std::uint64_t last_read = size;
   const auto read = [&](std::byte* dst, std::uint64_t n, std::uint64_t at) {
+    // A search for an interrupted append reads large pieces backwards, where the kernel's
+    // readahead does not help: the piece before this one is asked for while this one is
+    // read and searched.
+    if (n >= (std::uint64_t{1} << 20) && at < last_read && at > 0) {
+      const std::uint64_t before = std::min(at, n);
+      ::posix_fadvise(file.descriptor(), static_cast<off_t>(at - before),
+                      static_cast<off_t>(before), POSIX_FADV_WILLNEED);
+    }
+    last_read = at;
     const std::size_t done = file.read_at(dst, static_cast<std::size_t>(n), at);
     if (done < n) {
       throw errors::cut_since_opened(path, {}, at + done, size_now(file.descriptor()));
