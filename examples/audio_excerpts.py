@@ -120,8 +120,10 @@ def main():
     print(f"opened {len(specs)} spectrograms and {len(labs)} label tracks in "
           f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
 
+    # Clips shorter than an excerpt are drawn too, zero-padded as the Loader's pad="fill" makes
+    # them (by default a sampler leaves them out, and warns).
     sampler = mmnpz.Sampler(specs, "weighted", length=args.length, seed=args.seed,
-                            num_samples=args.batches * args.batch)
+                            num_samples=args.batches * args.batch, pad="fill")
     loader = mmnpz.Loader(specs, sampler, args.batch, fields=[(labs, 1 / LABEL_RATE)],
                           pad="fill", epochs=1, prefetch=4)
     bar = Progress(len(loader), "streaming")
