@@ -56,8 +56,7 @@ const command_text commands[] = {
     {"info", "a summary of each archive",
      "A summary: members, bytes, deflated members, how the array data is aligned (powers of\n"
      "two up to 65536), zip64, comment, bytes before and after the archive (what an interrupted\n"
-     "append left), duplicate names. --json\n"
-     "prints one JSON object per FILE instead."},
+     "append left), duplicate names. --json prints one JSON object per FILE instead."},
     {"verify", "check every member's CRC-32 and headers (exit 1 if any is bad)",
      "Decodes every member's local header and .npy header and checks its CRC-32, in parallel.\n"
      "--quick checks the structure and the last member only. Exit status 0 only if all is\n"
