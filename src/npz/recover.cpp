@@ -144,30 +144,6 @@ inflated inflate_stream(scan_source& src, std::uint64_t pos, std::uint64_t avail
   return out;
 }
 
-// The byte length of the directory record (central entry or end record) at `pos`, from its
-// fixed part (more than the file holds when its length says so); 0 when the file ends within
-// that part or `pos` holds no such record.
-std::uint64_t directory_record_length(scan_source& src, std::uint64_t pos) {
-  const std::uint64_t n = src.avail(pos, zip::central_header_size);
-  const std::byte* p = src.bytes(pos, n);
-  const auto le = [&](std::uint64_t k, int width) {
-    std::uint64_t v = 0;
-    for (int i = width - 1; i >= 0; --i) v = v << 8 | static_cast<std::uint8_t>(p[k + i]);
-    return v;
-  };
-  switch (zip::record_at(p, n)) {
-    case zip::record_kind::central_entry: return zip::central_entry_length(p, n);
-    case zip::record_kind::end: return n < zip::end_size ? 0 : zip::end_size + le(20, 2);
-    case zip::record_kind::end64: {
-      if (n < 12) return 0;
-      const std::uint64_t rest = le(4, 8);  // the record's size after this field
-      return rest > src.size() ? src.size() + 1 : 12 + rest;  // no overflow: past the end
-    }
-    case zip::record_kind::end64_locator: return zip::end64_locator_size;
-    default: return 0;
-  }
-}
-
 // Why the scan of local headers stopped.
 enum class stop {
   end_of_file,  // every byte was accounted for
@@ -219,7 +195,8 @@ class scanner {
       case zip::record_kind::end64_locator: break;
       default: return false;
     }
-    const std::uint64_t len = directory_record_length(src_, pos);
+    const std::uint64_t fixed = src_.avail(pos, zip::central_header_size);
+    const std::uint64_t len = zip::directory_record_length(src_.bytes(pos, fixed), fixed);
     if (len == 0) throw errors::truncated(ctx_.path, {}, pos, "directory record");
     if (len > src_.size() - pos) throw errors::truncated(ctx_.path, {}, pos, "directory record");
     // Checked whole, but for a zip64 end record's extensible data beyond the window.

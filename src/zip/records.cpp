@@ -206,25 +206,44 @@ local_header parse_local_header(byte_reader& r) {
   return h;
 }
 
+namespace {
+
+// The little-endian value of `width` bytes at p + k.
+std::uint64_t le_at(const std::byte* p, std::uint64_t k, int width) {
+  std::uint64_t v = 0;
+  for (int i = width - 1; i >= 0; --i) v = v << 8 | static_cast<std::uint8_t>(p[k + i]);
+  return v;
+}
+
+}  // namespace
+
 std::uint64_t local_header_length(const std::byte* p, std::uint64_t avail) {
   if (avail < local_header_size) return 0;
-  const auto le16_at = [p](std::uint64_t k) {
-    return static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k])) |
-           static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k + 1])) << 8;
-  };
   // The name and extra lengths end the fixed part.
-  return local_header_size + le16_at(local_header_size - 4) + le16_at(local_header_size - 2);
+  return local_header_size + le_at(p, local_header_size - 4, 2) +
+         le_at(p, local_header_size - 2, 2);
 }
 
 std::uint64_t central_entry_length(const std::byte* p, std::uint64_t avail) {
   if (avail < central_header_size) return 0;
-  const auto le16_at = [p](std::uint64_t k) {
-    return static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k])) |
-           static_cast<std::uint64_t>(static_cast<std::uint8_t>(p[k + 1])) << 8;
-  };
   // The name, extra and comment lengths follow the sizes in the fixed part.
-  return central_header_size + le16_at(central_header_size - 18) +
-         le16_at(central_header_size - 16) + le16_at(central_header_size - 14);
+  return central_header_size + le_at(p, central_header_size - 18, 2) +
+         le_at(p, central_header_size - 16, 2) + le_at(p, central_header_size - 14, 2);
+}
+
+std::uint64_t directory_record_length(const std::byte* p, std::uint64_t avail) {
+  switch (record_at(p, avail)) {
+    case record_kind::central_entry: return central_entry_length(p, avail);
+    case record_kind::end:  // the comment length ends the fixed part
+      return avail < end_size ? 0 : end_size + le_at(p, end_size - 2, 2);
+    case record_kind::end64: {
+      if (avail < 12) return 0;
+      const std::uint64_t rest = le_at(p, 4, 8);  // the record's size after that field
+      return rest > ~std::uint64_t{0} - 12 ? ~std::uint64_t{0} : 12 + rest;
+    }
+    case record_kind::end64_locator: return end64_locator_size;
+    default: return 0;
+  }
 }
 
 std::uint64_t local_header_size_of(const local_header_spec& h) {

@@ -190,6 +190,12 @@ struct central_entry {
 /// short to tell; the signature is not checked. For a reader that parses the directory in
 /// pieces and must know whether an entry is whole in the piece at hand.
 std::uint64_t central_entry_length(const std::byte* p, std::uint64_t avail);
+/// The length of the directory record that starts at `p` (a central-directory entry, an end
+/// record with its comment, a zip64 end record with its extensible data, a zip64 locator),
+/// where `avail` bytes can be read, as its fixed part says (saturated at 2^64 - 1); 0 when
+/// `avail` ends within that part or `p` holds no such record. For a scan that passes over
+/// the directories an append left.
+std::uint64_t directory_record_length(const std::byte* p, std::uint64_t avail);
 /// The longest central-directory entry: the fixed part and three 16-bit lengths' worth.
 constexpr std::uint64_t max_central_entry_len = central_header_size + 3 * 0xFFFF;
 

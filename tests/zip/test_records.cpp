@@ -323,4 +323,36 @@ TEST_SUITE("zip records") {
     auto l = cursor(b);
     CHECK_FALSE(zip::skip_directory_record(l));
   }
+
+  TEST_CASE("a directory record's length comes from its fixed part, 0 when that is cut or it is "
+            "no directory record") {
+    std::string dir;
+    zip::central_entry e;
+    e.name = "abc";
+    zip::emit_central_entry(dir, e);
+    const std::size_t entry = dir.size();
+    zip::emit_end_records(dir, 70000, 4096, 123456, "hello");  // zip64 end, locator, end
+    const auto length = [&](std::size_t at, std::size_t avail) {
+      return zip::directory_record_length(reinterpret_cast<const std::byte*>(dir.data()) + at,
+                                          avail);
+    };
+    CHECK(length(0, dir.size()) == entry);
+    CHECK(entry == 46 + 3);
+    CHECK(length(entry, dir.size() - entry) == 56);
+    CHECK(length(entry + 56, 20) == 20);
+    CHECK(length(entry + 76, 22) == 22 + 5);  // the comment is counted, held or not
+    CHECK(length(entry, 11) == 0);             // the zip64 record's size field is cut
+    CHECK(length(entry + 76, 21) == 0);
+    CHECK(length(0, 45) == 0);
+    std::string local;
+    zip::local_header_spec s;
+    s.name = "a";
+    zip::emit_local_header(local, s);
+    CHECK(zip::directory_record_length(reinterpret_cast<const std::byte*>(local.data()),
+                                       local.size()) == 0);
+    std::string huge = dir.substr(entry, 56);
+    huge.replace(4, 8, std::string(8, '\xff'));  // a size field of 2^64 - 1
+    CHECK(zip::directory_record_length(reinterpret_cast<const std::byte*>(huge.data()), 56) ==
+          ~std::uint64_t{0});
+  }
 }
