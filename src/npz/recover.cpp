@@ -81,12 +81,8 @@ constexpr std::uint64_t piece = scan_source::window / 2;
 
 // The offset of the first local header signature at or after `from`, or the file's size.
 std::uint64_t find_local_header(scan_source& src, std::uint64_t from) {
-  for (std::uint64_t at = from; src.avail(at, 4) == 4; at += piece) {
-    const std::uint64_t n = src.avail(at, piece + 3);  // a signature may straddle pieces
-    const std::uint64_t found = zip::find_local_header(src.bytes(at, n), n, 0);
-    if (found < n) return at + found;
-  }
-  return src.size();
+  const auto bytes = [&](std::uint64_t pos, std::uint64_t n) { return src.bytes(pos, n); };
+  return zip::find_local_header_in_pieces(bytes, src.size(), from, src.size(), piece);
 }
 
 // The CRC-32 of the n bytes at `pos` (which the file holds).

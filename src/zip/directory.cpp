@@ -90,14 +90,14 @@ class first_local_header {
   explicit first_local_header(const window& w) : w_(w) {}
   // Its offset when it starts before `upto` (at most the file's size), else `upto`.
   std::uint64_t before(std::uint64_t upto) {
-    while (found_ == error::no_offset && searched_ < upto) {
-      const std::uint64_t n = std::min(w_.size - searched_, scan_piece + 3);
-      const std::uint64_t at = find_local_header(w_.piece(searched_, n, buf_), n, 0);
-      if (at < n) {
-        found_ = searched_ + at;
-      } else {  // no signature starts in [searched_, searched_ + n - 3)
-        searched_ = searched_ + n == w_.size ? w_.size : searched_ + n - 3;
-      }
+    if (found_ == error::no_offset && searched_ < upto) {
+      const auto bytes = [&](std::uint64_t pos, std::uint64_t n) {
+        return w_.piece(pos, n, buf_);
+      };
+      const std::uint64_t at =
+          find_local_header_in_pieces(bytes, w_.size, searched_, upto, scan_piece);
+      if (at < upto) found_ = at;
+      searched_ = upto;
     }
     return std::min(found_, upto);
   }

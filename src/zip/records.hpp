@@ -8,6 +8,7 @@
 // Parsing checks the signature and that every length fits what remains; it does not decide
 // what the values mean for the archive (the callers check offsets against the file).
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -56,6 +57,20 @@ enum class record_kind {
 record_kind record_at(const std::byte* p, std::uint64_t avail);
 /// The offset of the first local header signature in [from, size), or `size`.
 std::uint64_t find_local_header(const std::byte* p, std::uint64_t size, std::uint64_t from);
+/// find_local_header() in a file read a piece at a time (of `piece` bytes, and the 3 after
+/// them that a signature may straddle into): `bytes(pos, n)` gives the n bytes of the file at
+/// `pos`. Returns the offset of the first local header signature that starts in [from, upto)
+/// of a file of `size` bytes (upto <= size), or `upto`; reads no further than upto + 3.
+template <class Bytes>
+std::uint64_t find_local_header_in_pieces(Bytes&& bytes, std::uint64_t size, std::uint64_t from,
+                                          std::uint64_t upto, std::uint64_t piece) {
+  for (std::uint64_t at = from; at < upto; at += piece) {
+    const std::uint64_t n = std::min(size - at, std::min(piece, upto - at) + 3);
+    const std::uint64_t found = find_local_header(bytes(at, n), n, 0);
+    if (found < n) return std::min(at + found, upto);
+  }
+  return upto;
+}
 /// Parses and passes over a record that is not a member (central entry, end records) at the
 /// cursor; throws the cursor's errors when it is cut off. Returns false for other kinds.
 bool skip_directory_record(byte_reader& r);
