@@ -18,7 +18,8 @@ namespace mmnpz::detail {
 inline constexpr std::size_t first_tail_read = 16384;
 
 /// The end records and central directory of `file` (not in memory, not empty), read with
-/// positional reads, never mapped: the last first_tail_read bytes of the file into one buffer,
+/// positional reads, never mapped: the last first_tail_read bytes of the file into one buffer
+/// (or, when `tail` is not null, the bytes [tail_offset, file.size()) it already holds),
 /// more when a long comment asks for it, and the central directory with them when it fits,
 /// else in pieces through a staging buffer; a file that must be searched from its start (an
 /// interrupted append, bytes before the archive, no end record) is searched in pieces (see

@@ -464,7 +464,7 @@ recover_result recover(const std::string& path) {
                                        detail::size_now(locked.fd));
       }
       if (has_end_signature(tail.get(), last)) {
-        std::uint64_t tail_offset = 0;
+        std::uint64_t tail_offset = size - last;  // parsed from the bytes just read
         d = detail::read_directory_by_reads(*file, path, tail, tail_offset);
       }
     }
