@@ -369,6 +369,7 @@ def test_names_flagged_utf8_that_are_not_utf8_read_as_cp437(tmp_path):
     assert entry["name"] == "\u00a0\u00e9_clip.npy"
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 def test_array_subclasses_are_written_as_numpy_savez_writes_them(tmp_path):
     """Masked arrays (which failed with "cannot reshape array"), matrices and record arrays
     are written as their plain data, as numpy.savez writes them."""
