@@ -198,6 +198,16 @@ class writer::stream {
 std::uint32_t update_member_crc(std::byte* archive, std::uint64_t size, std::size_t index,
                                 const std::string& name);
 
+/// update_member_crc() of each member of `indices` (in any order, repeats allowed), with one
+/// reading of the directory: returns their CRC-32s in the order of `indices`. Every index is
+/// checked before anything is written. Both functions reach the archive's bytes only through
+/// guarded copies: when the file was cut since it was mapped, a page it no longer has gives
+/// errc::corrupt_zip "the archive was truncated after it was opened" at that byte's offset,
+/// not SIGBUS (members before it keep their new CRC-32).
+std::vector<std::uint32_t> update_member_crcs(std::byte* archive, std::uint64_t size,
+                                              const std::vector<std::size_t>& indices,
+                                              const std::string& name);
+
 /// What recover() did.
 struct recover_result {
   std::size_t members_recovered = 0;  ///< intact members now in the directory

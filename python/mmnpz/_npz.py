@@ -175,8 +175,7 @@ def _update_crcs(state):
     buf, members, name = state["mapping"], state["members"], state["name"]
     if buf is None or not members or buf.closed:
         return
-    for index in list(members):
-        _mmnpz.update_member_crc(buf, index, name)
+    _mmnpz.update_member_crcs(buf, sorted(members), name)  # one reading of the directory
     buf.flush()
 
 

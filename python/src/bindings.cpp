@@ -600,16 +600,16 @@ void bind_tools(py::module_& m) {
       },
       py::arg("head"), R"(True when the bytes start as a ZIP archive does.)");
   m.def(
-      "update_member_crc",
-      [](py::buffer archive, std::size_t index, const std::string& name) {
+      "update_member_crcs",
+      [](py::buffer archive, const std::vector<std::size_t>& indices, const std::string& name) {
         py::buffer_info b = archive.request(/*writable=*/true);
         if (b.ndim != 1 || b.itemsize != 1) throw py::value_error("expected a writable byte buffer");
         py::gil_scoped_release nogil;
-        return mmnpz::update_member_crc(static_cast<std::byte*>(b.ptr),
-                                        static_cast<std::uint64_t>(b.size), index, name);
+        return mmnpz::update_member_crcs(static_cast<std::byte*>(b.ptr),
+                                         static_cast<std::uint64_t>(b.size), indices, name);
       },
-      py::arg("archive"), py::arg("index"), py::arg("name"),
-      R"(Writes a stored member's new CRC-32 into its local header and directory entry.)");
+      py::arg("archive"), py::arg("indices"), py::arg("name"),
+      R"(Writes stored members' new CRC-32s into their local headers and directory entries.)");
   // mmnpz::shard_writer (python/mmnpz/shards.py wraps it as mmnpz.ShardWriter).
   py::class_<mmnpz::shard_writer>(m, "ShardWriter", R"(Writes sharded aligned .npz archives.)")
       .def(py::init([](const std::string& path, std::optional<std::uint64_t> max_bytes,

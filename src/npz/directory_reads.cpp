@@ -10,6 +10,28 @@
 
 namespace mmnpz::detail {
 
+zip::directory read_directory_by_pieces(std::uint64_t size, const std::string& path,
+                                       const zip::piece_reader& read,
+                                       std::unique_ptr<std::byte[]>& tail,
+                                       std::uint64_t& tail_offset) {
+  const auto read_tail = [&](std::uint64_t from) {
+    tail_offset = from;
+    tail.reset(new std::byte[static_cast<std::size_t>(size - from)]);
+    read(tail.get(), size - from, from);
+  };
+  if (!tail) read_tail(size - std::min<std::uint64_t>(size, first_tail_read));
+  while (true) {
+    std::uint64_t need = 0;
+    if (auto d = zip::read_directory_tail(tail.get(), tail_offset, size, path, need, read)) {
+      return std::move(*d);
+    }
+    // At least twice as much each time, however little more was asked for (only the end
+    // record's search asks, for at most its last 64 KiB).
+    const std::uint64_t n = size - tail_offset;
+    read_tail(std::min(need, tail_offset - std::min(tail_offset, n)));
+  }
+}
+
 zip::directory read_directory_by_reads(const file_source& file, const std::string& path,
                                       std::unique_ptr<std::byte[]>& tail,
                                       std::uint64_t& tail_offset) {
@@ -30,22 +52,7 @@ zip::directory read_directory_by_reads(const file_source& file, const std::strin
       throw errors::cut_since_opened(path, {}, at + done, size_now(file.descriptor()));
     }
   };
-  const auto read_tail = [&](std::uint64_t from) {
-    tail_offset = from;
-    tail.reset(new std::byte[static_cast<std::size_t>(size - from)]);
-    read(tail.get(), size - from, from);
-  };
-  if (!tail) read_tail(size - std::min<std::uint64_t>(size, first_tail_read));
-  while (true) {
-    std::uint64_t need = 0;
-    if (auto d = zip::read_directory_tail(tail.get(), tail_offset, size, path, need, read)) {
-      return std::move(*d);
-    }
-    // At least twice as much each time, however little more was asked for (only the end
-    // record's search asks, for at most its last 64 KiB).
-    const std::uint64_t n = size - tail_offset;
-    read_tail(std::min(need, tail_offset - std::min(tail_offset, n)));
-  }
+  return read_directory_by_pieces(size, path, read, tail, tail_offset);
 }
 
 zip::directory read_directory_of(const file_source& file, const std::string& path,

@@ -17,15 +17,20 @@ namespace mmnpz::detail {
 /// comment is short, and the whole directory of a small archive.
 inline constexpr std::size_t first_tail_read = 16384;
 
-/// The end records and central directory of `file` (not in memory, not empty), read with
-/// positional reads, never mapped: the last first_tail_read bytes of the file into one buffer
-/// (or, when `tail` is not null, the bytes [tail_offset, file.size()) it already holds),
-/// more when a long comment asks for it, and the central directory with them when it fits,
-/// else in pieces through a staging buffer; a file that must be searched from its start (an
-/// interrupted append, bytes before the archive, no end record) is searched in pieces (see
-/// zip::read_directory_tail). `tail` then holds [tail_offset, file.size()), which the
-/// directory points into (comment, and names when the directory lies in it). Throws the
-/// directory's errors, and errors::cut_since_opened's when the file was cut while it was read.
+/// The end records and central directory of an archive of `size` bytes (not 0), read with
+/// `read` in bounded pieces: the last first_tail_read bytes into `tail` (unless it is not
+/// null: it then holds [tail_offset, size) already), more when a long comment asks for it, the
+/// rest as zip::read_directory_tail() reads it. `tail` then holds [tail_offset, size), which
+/// the directory points into. `read`'s errors propagate as they are.
+zip::directory read_directory_by_pieces(std::uint64_t size, const std::string& path,
+                                       const zip::piece_reader& read,
+                                       std::unique_ptr<std::byte[]>& tail,
+                                       std::uint64_t& tail_offset);
+
+/// read_directory_by_pieces() of `file` (not in memory, not empty) with positional reads,
+/// never mapped (the central directory with the tail when it fits, else in pieces through a
+/// staging buffer; a search from the file's start in pieces). Throws the directory's errors,
+/// and errors::cut_since_opened's when the file was cut while it was read.
 zip::directory read_directory_by_reads(const file_source& file, const std::string& path,
                                        std::unique_ptr<std::byte[]>& tail,
                                        std::uint64_t& tail_offset);

@@ -6,8 +6,10 @@ with numpy itself (and zipfile, unzip)."""
 import io
 import os
 import pickle
+import re
 import shutil
 import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -232,6 +234,53 @@ def test_mmap_mode_r_plus_flush_updates_crcs_while_open(npz):
     assert np.load(npz)["s"] == 1.25
     assert zipfile.ZipFile(npz).testzip() is None
     reader.close()
+
+
+def test_mmap_mode_r_plus_brings_the_crcs_of_many_edited_members_up_to_date(tmp_path):
+    # 3,000 members: a directory of several 64 KiB pieces, walked once for every edit.
+    path = tmp_path / "many.npz"
+    np.savez(path, **{f"m{k}": np.full(3, k, np.int32) for k in range(3000)})
+    with mmnpz.load(path, "r+") as reader:
+        for k in range(0, 3000, 7):
+            reader[f"m{k}"][1] = -k
+        reader["m2999"][0] = 7  # the directory's last entry
+        reader["m5"]  # handed out, not edited: its CRC-32 stays
+    loaded = np.load(path)
+    for k in (0, 7, 14, 2996, 5, 6):
+        want = np.full(3, k, np.int32)
+        want[1] = -k if k % 7 == 0 else k
+        assert_same_array(loaded[f"m{k}"], want)
+    assert loaded["m2999"].tolist() == [7, 2999, 2999]
+    assert zipfile.ZipFile(path).testzip() is None
+    assert mmnpz.load(path).verify() == {}
+
+
+R_PLUS_AFTER_A_CUT = """
+import os, sys, numpy as np, mmnpz
+path = sys.argv[1]
+reader = mmnpz.load(path, "r+")
+reader["a"][0] = 1.0
+os.truncate(path, 4096)
+try:
+    reader.close()
+except mmnpz.FormatError as e:
+    print(e)
+"""
+
+
+def test_mmap_mode_r_plus_close_after_the_file_was_cut_raises_instead_of_crashing(tmp_path):
+    """The CRC-32s are brought up to date through the mapping, whose pages past the new end
+    raise SIGBUS when touched: a child process, as the old code was killed by the signal."""
+    path = tmp_path / "cut.npz"
+    np.savez(path, a=np.zeros(1 << 16, np.float32), b=np.ones(1 << 16, np.float32))
+    size = os.path.getsize(path)
+    run = subprocess.run([sys.executable, "-c", R_PLUS_AFTER_A_CUT, str(path)],
+                         capture_output=True, text=True, env=dict(os.environ))
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = re.fullmatch(rf"{re.escape(str(path))} at offset (\d+): the archive was truncated "
+                       r"after it was opened", run.stdout.strip())
+    assert got, run.stdout + run.stderr
+    assert 4096 <= int(got.group(1)) < size  # a byte the directory's reading met first
 
 
 def test_mmap_mode_r_plus_refuses_deflated_members(deflated):
