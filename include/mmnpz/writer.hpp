@@ -199,8 +199,9 @@ std::uint32_t update_member_crc(std::byte* archive, std::uint64_t size, std::siz
                                 const std::string& name);
 
 /// update_member_crc() of each member of `indices` (in any order, repeats allowed), with one
-/// reading of the directory: returns their CRC-32s in the order of `indices`. Every index is
-/// checked before anything is written. Both functions reach the archive's bytes only through
+/// reading of the directory: returns their CRC-32s in the order of `indices`. Every index and
+/// every one of their local headers (as the reader checks them) is checked before anything is
+/// written. Both functions reach the archive's bytes only through
 /// guarded copies: when the file was cut since it was mapped, a page it no longer has gives
 /// errc::corrupt_zip "the archive was truncated after it was opened" at that byte's offset,
 /// not SIGBUS (members before it keep their new CRC-32).

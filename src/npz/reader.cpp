@@ -599,18 +599,9 @@ class archive {
     }
     byte_reader r(at.buf.data(), at.buf.size(), m.local_header_offset, ctx, errc::corrupt_zip);
     const zip::local_header h = zip::parse_local_header(r);
-    std::string converted;
-    const std::string_view local_name =
-        zip::cp437_to_utf8(h.name, h.flags, converted) ? std::string_view(converted) : h.name;
-    if (local_name != m.name) {
-      r.fail_at(h.name_offset, "the local header names it '" + std::string(local_name) + "'");
-    }
+    // `m` is an element of dir_.members.
+    zip::check_local_header(h, dir_, static_cast<std::size_t>(&m - dir_.members.data()), r);
     at.offset = h.data_offset;
-    if (m.compressed_size > dir_.cd_offset - h.data_offset) {
-      r.fail("data [" + std::to_string(at.offset) + ", " +
-             std::to_string(at.offset + m.compressed_size) +
-             ") runs into the central directory at " + std::to_string(dir_.cd_offset));
-    }
     at.head_at = static_cast<std::size_t>(h.data_offset - m.local_header_offset);
     at.head_size =
         static_cast<std::size_t>(std::min<std::uint64_t>(r.remaining(), m.compressed_size));

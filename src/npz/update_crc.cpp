@@ -118,10 +118,11 @@ std::vector<std::uint64_t> entry_offsets(const guarded_archive& bytes, const zip
   }
 }
 
-// The stored member `m`'s local header, read (at most 1 KiB, more when it is longer) and
-// parsed; checks that its data ends before the central directory.
+// The local header of stored member `index`, read (at most 1 KiB, more when it is longer)
+// and parsed, and checked as the reader checks it.
 zip::local_header local_header_of(const guarded_archive& bytes, const zip::directory& d,
-                                  const member_info& m, const detail::context& ctx) {
+                                  std::size_t index, const detail::context& ctx) {
+  const member_info& m = d.members[index];
   const std::uint64_t room = d.cd_offset - m.local_header_offset;
   std::vector<std::byte> head(static_cast<std::size_t>(std::min<std::uint64_t>(room, 1024)));
   bytes.read(head.data(), head.size(), m.local_header_offset, m.name);
@@ -133,9 +134,7 @@ zip::local_header local_header_of(const guarded_archive& bytes, const zip::direc
   detail::byte_reader local(head.data(), head.size(), m.local_header_offset, ctx,
                             errc::corrupt_zip);
   const zip::local_header h = zip::parse_local_header(local);
-  if (m.compressed_size > d.cd_offset - h.data_offset) {
-    local.fail("data runs into the central directory at " + std::to_string(d.cd_offset));
-  }
+  zip::check_local_header(h, d, index, local);
   return h;
 }
 
@@ -173,15 +172,19 @@ std::vector<std::uint32_t> update_member_crcs(std::byte* archive, std::uint64_t 
   std::sort(wanted.begin(), wanted.end());
   wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
   const std::vector<std::uint64_t> entries = entry_offsets(bytes, d, wanted, {name});
+  // And every local header, as the reader checks it.
+  std::vector<std::uint64_t> data_at(wanted.size());
+  for (std::size_t k = 0; k < wanted.size(); ++k) {
+    const detail::context ctx{name, d.members[wanted[k]].name};
+    data_at[k] = local_header_of(bytes, d, wanted[k], ctx).data_offset;
+  }
   std::vector<std::uint32_t> crcs(wanted.size());
   for (std::size_t k = 0; k < wanted.size(); ++k) {
     const member_info& m = d.members[wanted[k]];
-    const detail::context ctx{name, m.name};
-    const zip::local_header h = local_header_of(bytes, d, m, ctx);
-    crcs[k] = bytes.crc32(h.data_offset, m.compressed_size, m.name);
+    crcs[k] = bytes.crc32(data_at[k], m.compressed_size, m.name);
     if (crcs[k] == m.crc32) continue;
     const std::string field = zip::crc_field(crcs[k]);
-    bytes.write(h.offset + zip::local_crc_offset, field, m.name);
+    bytes.write(m.local_header_offset + zip::local_crc_offset, field, m.name);
     bytes.write(entries[k] + zip::central_crc_offset, field, m.name);
   }
   std::vector<std::uint32_t> out;

@@ -291,6 +291,7 @@ void check_no_overlap(directory& d, bool ascending, const std::string& path) {
     }
   }
   d.leading_bytes = d.members.empty() ? d.cd_offset : at(0).local_header_offset;
+  d.by_offset = std::move(order);
 }
 
 // A copy of `name` that lives as long as `d` (in blocks that never move).
@@ -517,6 +518,37 @@ std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_
     return std::nullopt;
   } catch (const read_failed& failed) {
     throw failed.e;
+  }
+}
+
+void check_local_header(const local_header& h, const directory& d, std::size_t index,
+                        const byte_reader& r) {
+  const member_info& m = d.members[index];
+  std::string converted;
+  const std::string_view local_name =
+      cp437_to_utf8(h.name, h.flags, converted) ? std::string_view(converted) : h.name;
+  if (local_name != m.name) {
+    r.fail_at(h.name_offset, "the local header names it '" + std::string(local_name) + "'");
+  }
+  // The member after it in the file.
+  std::size_t next = index + 1;
+  if (!d.by_offset.empty()) {
+    const auto k = std::lower_bound(d.by_offset.begin(), d.by_offset.end(),
+                                    m.local_header_offset,
+                                    [&](std::uint32_t i, std::uint64_t offset) {
+                                      return d.members[i].local_header_offset < offset;
+                                    });
+    const auto after = static_cast<std::size_t>(k - d.by_offset.begin()) + 1;
+    next = after < d.by_offset.size() ? d.by_offset[after] : d.members.size();
+  }
+  const bool last = next >= d.members.size();
+  const std::uint64_t limit = last ? d.cd_offset : d.members[next].local_header_offset;
+  if (h.data_offset > limit || m.compressed_size > limit - h.data_offset) {
+    r.fail("data [" + std::to_string(h.data_offset) + ", " +
+           std::to_string(h.data_offset + m.compressed_size) + ") runs into " +
+           (last ? std::string("the central directory")
+                 : "the local header of member '" + std::string(d.members[next].name) + "'") +
+           " at " + std::to_string(limit));
   }
 }
 

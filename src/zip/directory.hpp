@@ -14,6 +14,10 @@
 
 #include "mmnpz/member_info.hpp"
 
+namespace mmnpz::detail {
+class byte_reader;
+}
+
 namespace mmnpz::zip {
 
 struct directory {
@@ -33,7 +37,20 @@ struct directory {
   /// The start of a local header follows the archive (archive_end < file size): an append
   /// was interrupted there.
   bool append_interrupted = false;
+  /// Member indices in the order of their local headers in the file, when the directory lists
+  /// them in another order (empty when it lists them in file order, as writers do).
+  std::vector<std::uint32_t> by_offset;
 };
+
+struct local_header;
+
+/// Checks the local header `h` of member `index` of `d`, parsed by `r` (whose errors it
+/// raises): that it names the member as the directory does, and that the member's data ends
+/// at or before the next local header in the file (the central directory after the last), as
+/// zipfile refuses "Overlapped entries". The directory checked members against the fixed part
+/// of their local headers only; a longer name or extra here can push the data further.
+void check_local_header(const local_header& h, const directory& d, std::size_t index,
+                        const detail::byte_reader& r);
 
 /// Reads the end record (searched backwards past a comment), the zip64 locator and end record
 /// when present, and every central-directory entry with its zip64 extra. Checks every offset

@@ -1,5 +1,6 @@
-// Fuzz target for the reader and the ZIP codec (fuzz_codec.cpp): opens an archive from bytes, lists it, decodes every member (also
-// streamed by read(), and its .npy header alone by array_header()) and verifies it. Any
+// Fuzz target for the reader, the ZIP codec (fuzz_codec.cpp) and update_member_crcs(): opens
+// an archive from bytes, lists it, decodes every member (also streamed by read(), and its .npy
+// header alone by array_header()) and verifies it, and updates the CRC-32s of a copy. Any
 // mmnpz::error is an expected answer to a malformed input; anything else (another exception, a
 // sanitizer report, a broken invariant) is a bug and escapes to the fuzzer. Built with libFuzzer
 // under -DMMNPZ_FUZZ=ON, and in every build into fuzz_replay, which runs the saved corpus as an
@@ -12,10 +13,13 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "fuzz_codec.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
+#include "mmnpz/writer.hpp"
+#include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
 
@@ -249,11 +253,49 @@ void check_opening_by_reads(const std::byte* data, std::size_t size, std::uint64
           "opening by reads says '" + by_reads + "', the whole file '" + whole + "'");
 }
 
+// update_member_crcs() on a copy of the input, for its stored members (or member 0 when the
+// reader refuses the input): an error, or CRC-32s that the directory then states and the
+// members' bytes have, after which a second call writes nothing.
+void check_crc_update(const std::uint8_t* data, std::size_t size) {
+  std::vector<std::size_t> stored;
+  try {
+    const mmnpz::reader r = mmnpz::reader::from_bytes(data, size, "fuzz.npz");
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (!r.member(i).is_deflated() && !r.member(i).has_data_descriptor()) stored.push_back(i);
+    }
+  } catch (const mmnpz::error&) {
+  }
+  if (stored.empty()) stored.push_back(0);
+  std::string copy(reinterpret_cast<const char*>(data), size);
+  auto* p = reinterpret_cast<std::byte*>(copy.data());
+  std::vector<std::uint32_t> crcs;
+  try {
+    crcs = mmnpz::update_member_crcs(p, size, stored, "fuzz.npz");
+  } catch (const mmnpz::error&) {
+    return;
+  }
+  require(crcs.size() == stored.size(), "update_member_crcs() returned a CRC-32 per index");
+  const std::string once = copy;
+  require(mmnpz::update_member_crcs(p, size, stored, "fuzz.npz") == crcs && copy == once,
+          "a second update_member_crcs() changed the archive");
+  const mmnpz::reader r = mmnpz::reader::from_bytes(p, size, "fuzz.npz");
+  for (std::size_t k = 0; k < stored.size(); ++k) {
+    require(r.member(stored[k]).crc32 == crcs[k], "the directory states another CRC-32");
+    try {
+      const mmnpz::bytes_view b = r.bytes(stored[k]);
+      require(mmnpz::detail::crc32(0, b.data, b.size) == crcs[k],
+              "update_member_crcs() returned another CRC-32 than the member's bytes have");
+    } catch (const mmnpz::error&) {
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   volatile std::uint64_t sink = 0;
   fuzz_codec(data, size);
+  check_crc_update(data, size);
   for (std::uint64_t first : {std::uint64_t{1}, std::uint64_t{64}, std::uint64_t{16384}}) {
     check_opening_by_reads(reinterpret_cast<const std::byte*>(data), size, first);
   }

@@ -471,6 +471,29 @@ const std::vector<bad_fixture>& bad_fixtures() {
        step::bytes, "b", errc::corrupt_zip,
        "bad_local_header_signature.npz: member 'b.npy' at offset 175: bad local header "
        "signature"},
+      {"data_runs_into_next_local_header",  // b.npy's entry points 3 bytes before a's end
+       [] {
+         auto z = base_zip();
+         set32(z.bytes, z.entry[1] + cd_local_offset, 172);
+         return z.bytes;
+       },
+       step::array, "a", errc::corrupt_zip,
+       "data_runs_into_next_local_header.npz: member 'a.npy' at offset 35: data [35, 175) runs "
+       "into the local header of member 'b.npy' at 172"},
+      {"data_runs_into_next_local_header_listed_first",  // the same, b.npy listed before a.npy
+       [] {
+         auto z = base_zip();
+         const std::size_t n = z.entry[1] - z.entry[0];  // both entries are 51 bytes long
+         REQUIRE(z.entry[2] - z.entry[1] == n);
+         const std::string a = z.bytes.substr(z.entry[0], n);
+         z.bytes.replace(z.entry[0], n, z.bytes, z.entry[1], n);
+         z.bytes.replace(z.entry[1], n, a);
+         set32(z.bytes, z.entry[0] + cd_local_offset, 172);
+         return z.bytes;
+       },
+       step::array, "a", errc::corrupt_zip,
+       "data_runs_into_next_local_header_listed_first.npz: member 'a.npy' at offset 35: data "
+       "[35, 175) runs into the local header of member 'b.npy' at 172"},
       {"local_name_differs_from_directory",
        [] {
          auto z = base_zip();

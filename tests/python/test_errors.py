@@ -2,6 +2,7 @@
 ValueError with .path, .member and .offset) for a corrupt file; verify() and info()."""
 
 import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -103,6 +104,25 @@ def test_a_member_running_past_its_room_raises_format_error(npz):
     assert e.value.path == str(npz)
     assert e.value.member == "a.npy"
     assert isinstance(e.value.offset, int)
+
+
+def test_data_running_into_the_next_local_header_is_refused_as_zipfile_refuses_it(npz):
+    """Overlapped entries (a zip bomb's trick): b.npy's entry points 4 bytes before the end of
+    a.npy's data. The directory's own check cannot see it (it knows the local header's fixed
+    part only); numpy, through zipfile, refuses a.npy."""
+    raw = bytearray(npz.read_bytes())
+    b_entry = raw.index(b"PK\x01\x02", raw.index(b"PK\x01\x02") + 1)
+    b_local = struct.unpack_from("<I", raw, b_entry + 42)[0]
+    struct.pack_into("<I", raw, b_entry + 42, b_local - 4)
+    npz.write_bytes(raw)
+    with pytest.raises(zipfile.BadZipFile, match="Overlapped entries: 'a.npy'"):
+        np.load(npz)["a"]
+    a_data = npy_start(bytes(raw), "a.npy")
+    with pytest.raises(FormatError) as e:
+        mmnpz.load(npz)["a"]
+    assert str(e.value) == (f"{npz}: member 'a.npy' at offset {a_data}: data [{a_data}, "
+                            f"{b_local}) runs into the local header of member 'b.npy' at "
+                            f"{b_local - 4}")
 
 
 def test_verify_names_the_member_whose_data_byte_changed(npz):
