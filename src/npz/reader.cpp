@@ -785,7 +785,7 @@ reader::reader(const std::string& path, const reader_options& options) {
         path, detail::file_source::in_memory(detail::recovered_copy(path)));
     return;
   }
-  if (options.recover && (was_interrupted() || bytes_after_archive() != 0)) {
+  if (options.recover && was_interrupted()) {
     a_ = std::make_shared<const archive>(
         path, detail::file_source::in_memory(detail::recovered_copy(path)));
     return;

@@ -469,7 +469,10 @@ recover_result recover(const std::string& path) {
       }
     }
     // Else no end record at all (what a writer that died before close() leaves): not intact.
-    if (d && d->archive_end == size) {
+    // Bytes after the end record that do not start a local header (a signature, padding)
+    // leave it intact, as the reader opens it: rebuilding would drop them, and with them
+    // every member from the first whose CRC-32 does not match.
+    if (d && !d->append_interrupted) {
       out.directory_was_intact = true;
       out.members_recovered = d->members.size();
       out.bytes_kept = size;

@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,6 +101,35 @@ TEST_SUITE("recover") {
     CHECK(result.directory_was_intact);
     CHECK(result.members_recovered == 1);
     CHECK(test::read_file(path) == before);
+  }
+
+  TEST_CASE("leaves an archive with bytes after its end record untouched, as the reader opens it") {
+    // A signature block or padding after the end record, and a member whose CRC-32 no longer
+    // matches its bytes (bit rot): rebuilding would cut the bytes off, and refuse because of
+    // the damaged member; the reader opens the archive as it is.
+    const std::string path = test::scratch("trailing.npz");
+    const double x[] = {1.5, 2.5, 3.5};
+    {
+      mmnpz::writer w(path);
+      w.write("a", x, {3});
+      w.write("b", x, {3});
+    }
+    const std::uint64_t a_data = mmnpz::reader(path).array("a").file_offset();
+    std::string bytes = test::read_file(path);
+    bytes[a_data] ^= 0x5A;
+    bytes += std::string(16, '\0') + "signature";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    const auto result = mmnpz::recover(path);
+    CHECK(result.directory_was_intact);
+    CHECK(result.members_recovered == 2);
+    CHECK(result.bytes_kept == bytes.size());
+    CHECK(test::read_file(path) == bytes);
+    mmnpz::reader_options o;
+    o.recover = true;
+    const mmnpz::reader r(path, o);  // not the copy recover() would have refused to make
+    CHECK(r.names() == std::vector<std::string>{"a", "b"});
+    CHECK(r.bytes_after_archive() == 25);
+    CHECK_FALSE(r.verify().ok());
   }
 
   TEST_CASE("restores every committed member after the writer is killed at random moments") {
