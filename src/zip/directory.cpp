@@ -155,8 +155,18 @@ std::optional<end_record> find_end_record(const window& w, const context& ctx, s
   return parse_end_record(r);
 }
 
-// Replaces the saturated fields of `e` with the zip64 end record's, when a locator precedes
-// the classic end record. Returns the absolute offset of the zip64 end record, or no_offset.
+// Whether a field of the classic end record is saturated: the zip64 end record holds it.
+bool needs_zip64(const end_record& e) {
+  return e.disk == 0xFFFF || e.cd_disk == 0xFFFF || e.entries_here == 0xFFFF ||
+         e.entries == 0xFFFF || e.cd_size == 0xFFFFFFFF || e.cd_offset == 0xFFFFFFFF;
+}
+
+// Replaces the fields of `e` with the zip64 end record's, when a locator precedes the classic
+// end record. Returns the absolute offset of the zip64 end record, or no_offset. A locator
+// that is no such thing (on another disk, or pointing where no zip64 end record is) is an
+// error only when the classic record needs the zip64 one: else its signature is a chance
+// in the bytes that end the directory (a member's name) or, before an empty directory, the
+// last member's data (recover() writes such archives).
 std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_record& e,
                              const context& ctx) {
   if (classic.offset < end64_locator_size) return error::no_offset;
@@ -166,7 +176,9 @@ std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_rec
   byte_reader l(l_bytes, end64_locator_size, loc, ctx, errc::corrupt_zip);
   const end64_locator locator = parse_end64_locator(l);
   const std::uint64_t stated = locator.end64_offset;
+  const bool needed = needs_zip64(classic);
   if (locator.end64_disk != 0 || locator.disks > 1) {
+    if (!needed) return error::no_offset;
     ctx.fail(errc::unsupported, loc,
              "multi-disk archives are not supported (" + std::to_string(locator.disks) +
                  " disks)");
@@ -180,6 +192,7 @@ std::uint64_t read_zip64_end(const window& w, const end_record& classic, end_rec
              signature_at(w.bytes(stated, 4)) == end64_sig) {
     pos = stated;
   } else {
+    if (!needed) return error::no_offset;
     ctx.fail(errc::corrupt_zip, loc,
              "zip64 end of central directory locator points to " + std::to_string(stated) +
                  ", where there is no zip64 end record");

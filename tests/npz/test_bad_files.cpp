@@ -382,6 +382,17 @@ const std::vector<bad_fixture>& bad_fixtures() {
        step::open, "", errc::corrupt_zip,
        "end_record_entry_count_disagrees.npz at offset 514: the end record says 2 entries, the "
        "central directory holds 3"},
+      {"multi_disk_zip64_locator",  // the end record needs the zip64 one: the locator counts
+       [] {
+         zip_options opt;
+         opt.zip64_end = true;
+         auto z = build_zip(base_members(), opt);
+         set32(z.bytes, z.end - 4, 3);  // total number of disks
+         return z.bytes;
+       },
+       step::open, "", errc::unsupported,
+       "multi_disk_zip64_locator.npz at offset 570: multi-disk archives are not supported (3 "
+       "disks)"},
       {"multi_disk_end_record",
        [] {
          auto z = base_zip();
@@ -913,6 +924,33 @@ TEST_SUITE("bad files") {
     CHECK_FALSE(r["b"].is_mapped());
     CHECK(std::string(reinterpret_cast<const char*>(r.bytes("notes.txt").data), 13) ==
           "not an array\n");
+  }
+
+  TEST_CASE("a locator's signature before an end record that needs no zip64 one is a name's bytes") {
+    // The last directory entry ends with its name: one that ends as a zip64 end locator (on
+    // disk 0x01010101 of ".npy" disks) still opens, and so does what recover() makes of data
+    // that ends so before an empty directory.
+    const std::string path = scratch_dir() + "/locator_name.npz";
+    const std::string name = "xPK\x06\x07" + std::string(12, '\x01');  // then ".npy"
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+      const std::int32_t v[] = {1, 2};
+      w.write("a", v, {2});
+      w.write(name, v, {2});
+    }
+    const std::string bytes = read_file(path);
+    REQUIRE(bytes.compare(bytes.size() - 22 - 20, 4, "PK\x06\x07") == 0);
+    const mmnpz::reader r(path);
+    CHECK(r.names() == std::vector<std::string>{"a", name});
+    CHECK_FALSE(r.is_zip64());
+    CHECK(r.array(name).data_as<std::int32_t>()[1] == 2);
+    CHECK(r.verify().ok());
+
+    const std::string dead = scratch_dir() + "/locator_before_empty_directory.npz";
+    write_file(dead, "leading bytes that end as a locator: PK\x06\x07" + std::string(16, '\x02') +
+                         "PK\x03\x04 and a member cut short");
+    CHECK(mmnpz::recover(dead).members_recovered == 0);
+    CHECK(mmnpz::reader(dead).size() == 0);
   }
 
   TEST_CASE("each bad fixture raises its exact error naming the path, the member and the offset") {
