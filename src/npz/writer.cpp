@@ -507,7 +507,12 @@ struct writer::impl {
     old_count = d.members.size();
     old_comment.assign(d.comment);
     for (const auto& m : d.members) names.insert(std::string(m.name));
-    shift = d.shift;
+    // The old members' offsets do not count bytes before the archive; nor do the new ones'.
+    // An archive without members has no offsets to keep: the new ones count every byte, as
+    // the reader, seeing bytes before the archive that hold a local header of their own,
+    // would take an archive with shifted offsets for one stored in an interrupted append's
+    // member, and open the file as another archive.
+    shift = d.members.empty() ? 0 : d.shift;
     // New members go after everything that is there: no byte a reader may have mapped changes.
     pos = size;
     file_end = size;

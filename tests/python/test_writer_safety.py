@@ -1,6 +1,7 @@
 """Writers never break readers (issue 12): atomic replace, interrupted appends, NUL in paths,
 one writer per file, shared writers, failed writes."""
 
+import io
 import os
 import random
 import signal
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import threading
 import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -278,6 +280,25 @@ _EFBIG_CHILD = """
     except OSError as e:
         print("close failed", e)
 """
+
+
+def test_an_append_to_an_empty_archive_after_bytes_holding_zip_records_reads_back(tmp_path):
+    """Bytes before an empty archive that hold an end record and a local header of their own
+    (the fuzzer's find): appended with the old shifted offsets, the reader took the new archive
+    for one stored in an interrupted append and listed nothing."""
+    path = tmp_path / "stub.npz"
+    stub = b"PK\x05\x06" + bytes(18) + b"PK\x03\x04" + bytes(40)
+    empty = io.BytesIO()
+    zipfile.ZipFile(empty, "w").close()
+    path.write_bytes(stub + empty.getvalue())
+    assert len(mmnpz.load(path)) == 0
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("new", np.arange(3))
+    assert path.read_bytes().startswith(stub + empty.getvalue())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no InterruptedAppendWarning
+        assert mmnpz.load(path)["new"].tolist() == [0, 1, 2]
+    assert np.load(path)["new"].tolist() == [0, 1, 2]
 
 
 def test_a_failed_append_write_leaves_an_archive_with_every_committed_member(tmp_path):
