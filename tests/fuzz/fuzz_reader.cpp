@@ -6,9 +6,15 @@
 // under -DMMNPZ_FUZZ=ON, and in every build into fuzz_replay, which runs the saved corpus as an
 // ordinary test.
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -22,6 +28,7 @@
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
+#include "zip/records.hpp"
 
 namespace {
 
@@ -290,12 +297,130 @@ void check_crc_update(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+// A file of this process's own to hand the input to recover() and to an appending writer
+// (in /dev/shm when there is one: the target runs it for every input), removed at exit.
+const std::string& scratch_file() {
+  static const std::string path = [] {
+    std::string dir = (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    dir += "/mmnpz-fuzz-XXXXXX";
+    require(mkdtemp(dir.data()) != nullptr, "cannot make a scratch directory");
+    static const std::string kept = dir;
+    std::atexit([] { std::filesystem::remove_all(kept); });
+    return dir + "/input.npz";
+  }();
+  return path;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_input(const std::string& path, const std::uint8_t* data, std::size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  require(static_cast<bool>(out.flush()), "cannot write the scratch file");
+}
+
+// Whether the input opens as an archive with nothing appended after it.
+bool opens_whole(const std::uint8_t* data, std::size_t size) {
+  try {
+    return !mmnpz::reader::from_bytes(data, size, "fuzz.npz").was_interrupted();
+  } catch (const mmnpz::error&) {
+    return false;
+  }
+}
+
+// recover() never loses what is stored: it leaves an archive that opens as it is, leaves the
+// file as it was when it refuses, and otherwise keeps members whose bytes are those of the
+// input at the same offsets, in an archive that opens and verifies.
+void check_recover(const std::uint8_t* data, std::size_t size, bool opens) {
+  const std::string& path = scratch_file();
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  write_input(path, data, size);
+  mmnpz::recover_result done;
+  try {
+    done = mmnpz::recover(path);
+  } catch (const mmnpz::error& e) {
+    require(file_bytes(path) == input,
+            "recover() refused with '" + std::string(e.what()) + "' and changed the file");
+    require(!opens, "recover() refused an archive that opens: " + std::string(e.what()));
+    return;
+  }
+  const std::string after = file_bytes(path);
+  if (done.directory_was_intact) {
+    require(after == input, "recover() found the directory intact and changed the file");
+    return;
+  }
+  require(!opens, "recover() rebuilt the directory of an archive that opens");
+  require(after.size() == done.bytes_kept, "recover() says another size than the file's");
+  try {
+    const mmnpz::reader r(path);
+    require(r.size() == done.members_recovered && r.names().size() == done.names.size(),
+            "recover() says other members than the archive it left holds");
+    require(r.verify().ok(), "recover() kept a member that does not verify");
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const std::uint64_t at = r.member(i).local_header_offset;
+      const std::uint64_t n = mmnpz::zip::local_header_size + r.member(i).compressed_size;
+      require(at + n <= input.size() && after.compare(at, n, input, at, n) == 0,
+              "recover() kept member " + std::to_string(i) + " with other bytes than the input's");
+    }
+  } catch (const mmnpz::error& e) {
+    require(false, "recover() left an archive that does not open: " + std::string(e.what()));
+  }
+}
+
+// An appending writer never loses what is stored: the input stays a prefix of the file
+// whether it refuses or appends, and after an append every member that was there is listed as
+// it was, and the new one reads back.
+void check_append(const std::uint8_t* data, std::size_t size, bool opens) {
+  const std::string& path = scratch_file();
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  write_input(path, data, size);
+  const std::int32_t added[3] = {7, -1, 1 << 30};
+  try {
+    mmnpz::writer w(path, {mmnpz::open_mode::append});
+    w.write("fuzz_appended", added, {3});
+    w.close();
+  } catch (const mmnpz::error& e) {
+    const std::string after = file_bytes(path);
+    require(after.size() >= input.size() && after.compare(0, input.size(), input) == 0,
+            "an append refused with '" + std::string(e.what()) + "' and changed stored bytes");
+    return;
+  }
+  const std::string after = file_bytes(path);
+  require(after.size() > input.size() && after.compare(0, input.size(), input) == 0,
+          "an append changed bytes of the archive it appended to");
+  if (size == 0) return;  // a new archive
+  require(opens, "an append went ahead on an archive that does not open");
+  try {
+    const mmnpz::reader before = mmnpz::reader::from_bytes(data, size, "fuzz.npz");
+    const mmnpz::reader r(path);
+    require(r.size() == before.size() + 1, "an append lost or added members");
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      const mmnpz::member_info& a = before.member(i);
+      const mmnpz::member_info& b = r.member(i);
+      require(a.name == b.name && a.crc32 == b.crc32 && a.compressed_size == b.compressed_size &&
+                  a.local_header_offset == b.local_header_offset,
+              "an append changed member " + std::to_string(i) + "'s directory entry");
+    }
+    const mmnpz::array_view v = r.array("fuzz_appended");
+    require(v.nbytes() == sizeof added && std::memcmp(v.data(), added, sizeof added) == 0,
+            "the appended member does not read back");
+  } catch (const mmnpz::error& e) {
+    require(false, "an append left an archive that does not read: " + std::string(e.what()));
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   volatile std::uint64_t sink = 0;
   fuzz_codec(data, size);
   check_crc_update(data, size);
+  const bool opens = opens_whole(data, size);
+  check_recover(data, size, opens);
+  check_append(data, size, opens);
   for (std::uint64_t first : {std::uint64_t{1}, std::uint64_t{64}, std::uint64_t{16384}}) {
     check_opening_by_reads(reinterpret_cast<const std::byte*>(data), size, first);
   }
