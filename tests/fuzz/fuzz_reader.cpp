@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "fuzz_codec.hpp"
+#include "mmnpz/data/dataset.hpp"
+#include "mmnpz/data/gather.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/reader.hpp"
 #include "mmnpz/writer.hpp"
@@ -412,6 +414,65 @@ void check_append(const std::uint8_t* data, std::size_t size, bool opens) {
   }
 }
 
+// gather() of the input as a dataset: by reads and through the mapping, the same outcome,
+// and excerpts (3 rows from row 1, padded with zeros) equal to the items' own rows.
+void check_gather(const std::uint8_t* data, std::size_t size) {
+  const std::string& path = scratch_file();
+  write_input(path, data, size);
+  mmnpz::dataset_options o;
+  o.threads = 1;
+  std::optional<mmnpz::dataset> ds;
+  try {
+    ds.emplace(path, o);
+  } catch (const mmnpz::error&) {
+    return;
+  }
+  std::vector<std::int64_t> items;
+  for (std::size_t i = 0; i < ds->size() && items.size() < 8; ++i) {
+    if (ds->layout_id(i) == ds->layout_id(0)) items.push_back(static_cast<std::int64_t>(i));
+  }
+  if (items.empty()) return;
+  const std::uint64_t row = ds->layout(0).row_bytes;
+  constexpr std::uint64_t rows = 3;
+  if (row == 0 || row > (1u << 16)) return;
+  const std::vector<std::int64_t> starts(items.size(), 1);
+  const std::size_t bytes = static_cast<std::size_t>(items.size() * rows * row);
+  std::string outcome[2];
+  std::vector<std::byte> out[2];
+  const mmnpz::io_mode modes[2] = {mmnpz::io_mode::read, mmnpz::io_mode::map};
+  for (int k = 0; k < 2; ++k) {
+    out[k].assign(bytes, std::byte{0x55});
+    mmnpz::excerpt_options e;
+    e.length = rows;
+    e.pad = mmnpz::pad_mode::fill;
+    e.threads = 1;
+    e.io = modes[k];
+    try {
+      mmnpz::gather(*ds, items.data(), starts.data(), items.size(), out[k].data(), bytes, e);
+      outcome[k] = "done";
+    } catch (const mmnpz::error& err) {
+      outcome[k] = err.what();
+    }
+  }
+  require(outcome[0] == outcome[1],
+          "gather by reads says '" + outcome[0] + "', through the mapping '" + outcome[1] + "'");
+  if (outcome[0] != "done") return;
+  require(out[0] == out[1], "gather by reads and through the mapping copied other bytes");
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    const mmnpz::array_view a = ds->array(static_cast<std::size_t>(items[k]));
+    const std::uint64_t length = ds->length(static_cast<std::size_t>(items[k]));
+    const std::uint64_t have = length > 1 ? std::min(rows, length - 1) : 0;
+    const std::byte* got = out[0].data() + k * rows * row;
+    if (!a.fortran_order() || a.shape().size() == 1) {
+      require(std::memcmp(got, a.data() + row, static_cast<std::size_t>(have * row)) == 0,
+              "gather copied other rows than the item's");
+    }
+    for (std::uint64_t b = have * row; b < rows * row; ++b) {
+      require(got[b] == std::byte{0}, "gather padded with other bytes than zeros");
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -421,6 +482,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool opens = opens_whole(data, size);
   check_recover(data, size, opens);
   check_append(data, size, opens);
+  check_gather(data, size);
   for (std::uint64_t first : {std::uint64_t{1}, std::uint64_t{64}, std::uint64_t{16384}}) {
     check_opening_by_reads(reinterpret_cast<const std::byte*>(data), size, first);
   }
