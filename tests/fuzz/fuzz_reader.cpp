@@ -1,10 +1,12 @@
-// Fuzz target for the reader, the ZIP codec (fuzz_codec.cpp) and update_member_crcs(): opens
-// an archive from bytes, lists it, decodes every member (also streamed by read(), and its .npy
-// header alone by array_header()) and verifies it, and updates the CRC-32s of a copy. Any
-// mmnpz::error is an expected answer to a malformed input; anything else (another exception, a
-// sanitizer report, a broken invariant) is a bug and escapes to the fuzzer. Built with libFuzzer
-// under -DMMNPZ_FUZZ=ON, and in every build into fuzz_replay, which runs the saved corpus as an
-// ordinary test.
+// Fuzz target for the reader and the ZIP codec (fuzz_codec.cpp): opens an archive from bytes,
+// lists it, decodes every member (also streamed by read(), and its .npy header alone by
+// array_header()) and verifies it. Then what must never lose data: update_member_crcs() on a
+// copy in memory and, on the input written to a file, recover() and an appending writer; and
+// gather() of that file as a dataset, by reads and through the mapping, and a reader of the
+// file, compared with the reader of the bytes in memory. Any mmnpz::error is an expected answer to a malformed input;
+// anything else (another exception, a sanitizer report, a broken invariant) is a bug and
+// escapes to the fuzzer. Built with libFuzzer under -DMMNPZ_FUZZ=ON, and in every build into
+// fuzz_replay, which runs the saved corpus as an ordinary test.
 
 #include <unistd.h>
 
@@ -414,6 +416,54 @@ void check_append(const std::uint8_t* data, std::size_t size, bool opens) {
   }
 }
 
+// What a reader makes of every member: its array (dtype, shape, a checksum of its bytes), its
+// bytes when it is no array, or the error that stopped it.
+std::string listing(const std::function<mmnpz::reader()>& open, bool decode_first) {
+  std::string out;
+  try {
+    const mmnpz::reader r = open();
+    if (decode_first) {
+      std::vector<std::size_t> all(r.size());
+      for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+      r.decode(all);
+    }
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      try {
+        if (r.is_array(i)) {
+          const mmnpz::array_view a = r.array(i);
+          out += a.type().descr() + " " + std::to_string(a.shape().size()) + " " +
+                 std::to_string(a.nbytes()) + " " + std::to_string(checksum(a.data(), a.nbytes()));
+        } else {
+          const mmnpz::bytes_view b = r.bytes(i);
+          out += "bytes " + std::to_string(checksum(b.data, b.size));
+        }
+      } catch (const mmnpz::error& e) {
+        out += e.what();
+      }
+      out += "|";
+    }
+  } catch (const mmnpz::error& e) {
+    out += std::string("open: ") + e.what();
+  }
+  return out;
+}
+
+// A reader of the file (headers read with pread, alone or a window of members at a time) says
+// what a reader of the same bytes in memory says.
+void check_reading_the_file(const std::uint8_t* data, std::size_t size) {
+  const std::string& path = scratch_file();
+  write_input(path, data, size);
+  const std::string in_memory =
+      listing([&] { return mmnpz::reader::from_bytes(data, size, path); }, false);
+  for (const bool decode_first : {false, true}) {
+    const std::string from_file = listing([&] { return mmnpz::reader(path); }, decode_first);
+    require(from_file == in_memory, std::string("a reader of the file") +
+                                        (decode_first ? " (decode() first)" : "") + " says '" +
+                                        from_file + "', of the bytes in memory '" + in_memory +
+                                        "'");
+  }
+}
+
 // gather() of the input as a dataset: by reads and through the mapping, the same outcome,
 // and excerpts (3 rows from row 1, padded with zeros) equal to the items' own rows.
 void check_gather(const std::uint8_t* data, std::size_t size) {
@@ -483,6 +533,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_recover(data, size, opens);
   check_append(data, size, opens);
   check_gather(data, size);
+  check_reading_the_file(data, size);
   for (std::uint64_t first : {std::uint64_t{1}, std::uint64_t{64}, std::uint64_t{16384}}) {
     check_opening_by_reads(reinterpret_cast<const std::byte*>(data), size, first);
   }
