@@ -33,6 +33,12 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=cl
 cmake --build "$build" --target fuzz_reader -j"$(nproc)"
 
 mkdir -p "$build/corpus" "$build/crashes"
+# Where the target writes each input as a file (recover, append, gather): in memory when
+# /dev/shm is there, and removed however the fuzzer ends (a crash skips the target's own
+# clean-up).
+scratch=$(mktemp -d /dev/shm/mmnpz-fuzz-XXXXXX 2> /dev/null || mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+export MMNPZ_FUZZ_SCRATCH="$scratch"
 log="$build/fuzz.log"
 echo "== fuzzing for $duration s (log: $log)"
 status=0

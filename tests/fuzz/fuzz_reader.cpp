@@ -301,10 +301,15 @@ void check_crc_update(const std::uint8_t* data, std::size_t size) {
   }
 }
 
-// A file of this process's own to hand the input to recover() and to an appending writer
-// (in /dev/shm when there is one: the target runs it for every input), removed at exit.
+// A file of this process's own to hand the input to recover() and to an appending writer:
+// in $MMNPZ_FUZZ_SCRATCH when set (scripts/fuzz.sh removes it however the fuzzer ends), else
+// in a directory of /dev/shm when there is one (the target runs it for every input) removed
+// at exit.
 const std::string& scratch_file() {
   static const std::string path = [] {
+    if (const char* given = std::getenv("MMNPZ_FUZZ_SCRATCH")) {
+      return std::string(given) + "/input.npz";
+    }
     std::string dir = (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     dir += "/mmnpz-fuzz-XXXXXX";
     require(mkdtemp(dir.data()) != nullptr, "cannot make a scratch directory");
