@@ -7,6 +7,10 @@
 #include <cstring>
 #include <mutex>
 
+#include "detail/errors.hpp"
+#include "detail/file_io.hpp"
+#include "zip/crc32.hpp"
+
 namespace mmnpz::detail {
 
 namespace {
@@ -103,6 +107,25 @@ bool copy_from_mapping(std::byte* dst, const std::byte* src, std::size_t n) {
 
 const void* copy_guarded(const std::byte* src, std::size_t n, void (*copy)(void*), void* context) {
   return guarded(src, n, [&] { copy(context); });
+}
+
+void run_guarded(const std::byte* p, std::uint64_t n, std::uint64_t offset, void (*work)(void*),
+                 void* job, std::string_view path, std::string_view member, int descriptor) {
+  const void* gone = copy_guarded(p, static_cast<std::size_t>(n), work, job);
+  if (!gone) return;
+  throw errors::cut_since_opened(
+      path, member, offset + static_cast<std::uint64_t>(static_cast<const std::byte*>(gone) - p),
+      size_now(descriptor));
+}
+
+void mapped_copy::run(void* self) {
+  const auto& j = *static_cast<const mapped_copy*>(self);
+  if (j.n != 0) std::memcpy(j.to, j.from, static_cast<std::size_t>(j.n));
+}
+
+void mapped_crc32::run(void* self) {
+  auto& j = *static_cast<mapped_crc32*>(self);
+  j.crc = crc32(0, j.p, static_cast<std::size_t>(j.n));
 }
 
 }  // namespace mmnpz::detail

@@ -5,6 +5,8 @@
 // it), which would end the process; a guarded copy stops there and says where instead.
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 
 namespace mmnpz::detail {
 
@@ -27,5 +29,28 @@ bool copy_from_mapping(std::byte* dst, const std::byte* src, std::size_t n);
 /// hold no object with a destructor.
 const void* copy_guarded(const std::byte* src, std::size_t n, void (*copy)(void*),
                          void* context);
+
+/// copy_guarded(p, n, work, job), where [p, p + n) lies at file offset `offset`: throws
+/// errors::cut_since_opened naming `path`, `member` and the offset of the byte that met SIGBUS
+/// (and where the file open as `descriptor` now ends, when it is not -1) instead of
+/// returning it.
+void run_guarded(const std::byte* p, std::uint64_t n, std::uint64_t offset, void (*work)(void*),
+                 void* job, std::string_view path, std::string_view member, int descriptor);
+
+/// Work for copy_guarded() and run_guarded(), plain data as they ask: n bytes copied from
+/// `from` to `to` (either may be the mapping's).
+struct mapped_copy {
+  const std::byte* from;
+  std::uint64_t n;
+  std::byte* to;
+  static void run(void* self);
+};
+/// The CRC-32 of the n bytes at `p`.
+struct mapped_crc32 {
+  const std::byte* p;
+  std::uint64_t n;
+  std::uint32_t crc = 0;
+  static void run(void* self);
+};
 
 }  // namespace mmnpz::detail

@@ -17,7 +17,7 @@ namespace mmnpz::detail {
 /// comment is short, and the whole directory of a small archive.
 inline constexpr std::size_t first_tail_read = 16384;
 
-/// The end records and central directory of an archive of `size` bytes (not 0), read with
+/// The end records and central directory of an archive of `size` bytes, read with
 /// `read` in bounded pieces: the last first_tail_read bytes into `tail` (unless it is not
 /// null: it then holds [tail_offset, size) already), more when a long comment asks for it, the
 /// rest as zip::read_directory_tail() reads it. `tail` then holds [tail_offset, size), which

@@ -108,26 +108,9 @@ class name_table {
 
 std::uint32_t crc32_of(const std::byte* p, std::uint64_t n) { return crc32(0, p, n); }
 
-// Work on bytes of the file mapping done by detail::copy_guarded (plain data: a page the file
-// no longer has leaves it by siglongjmp).
-struct crc_of_mapping {
-  const std::byte* p;
-  std::uint64_t n;
-  std::uint32_t crc = 0;
-  static void run(void* self) {
-    auto& j = *static_cast<crc_of_mapping*>(self);
-    j.crc = crc32_of(j.p, j.n);
-  }
-};
-struct copy_of_mapping {
-  const std::byte* from;
-  std::uint64_t n;
-  std::byte* to;
-  static void run(void* self) {
-    const auto& j = *static_cast<const copy_of_mapping*>(self);
-    if (j.n != 0) std::memcpy(j.to, j.from, static_cast<std::size_t>(j.n));
-  }
-};
+// Work on bytes of the file mapping done by detail::run_guarded (plain data: a page the file
+// no longer has leaves it by siglongjmp). Copies and CRC-32s are detail::mapped_copy and
+// detail::mapped_crc32.
 struct zlib_step {
   z_stream* z;
   int rc = Z_OK;
@@ -324,9 +307,9 @@ class archive {
     check_contents(d);
     if (!d.mapped) return;
     const member_info& m = dir_.members[index];
-    crc_of_mapping job{contents(d), d.contents_size};
+    detail::mapped_crc32 job{contents(d), d.contents_size};
     detail::guard_sigbus();
-    guarded(m, d.contents_offset, job.p, job.n, &crc_of_mapping::run, &job);
+    guarded(m, d.contents_offset, job.p, job.n, &detail::mapped_crc32::run, &job);
     const std::uint32_t actual = job.crc;
     if (actual != m.crc32) {
       throw errors::checksum(path_, m.name, d.contents_offset,
@@ -347,13 +330,13 @@ class archive {
                                          std::to_string(from + n) + ") are not within its " +
                                          std::to_string(d.contents_size));
     }
-    copy_of_mapping job{contents(d) + from, n, out};
+    detail::mapped_copy job{contents(d) + from, n, out};
     if (!d.mapped) {
-      copy_of_mapping::run(&job);
+      detail::mapped_copy::run(&job);
       return;
     }
     detail::guard_sigbus();
-    guarded(m, d.contents_offset + from, job.from, job.n, &copy_of_mapping::run, &job);
+    guarded(m, d.contents_offset + from, job.from, job.n, &detail::mapped_copy::run, &job);
   }
 
   /// Hands the member's contents to `sink` in pieces of `piece` bytes (the last one shorter),
@@ -507,11 +490,7 @@ class archive {
   // been called (once per member: it is a system call).
   void guarded(const member_info& m, std::uint64_t offset, const std::byte* p, std::uint64_t n,
                void (*work)(void*), void* job) const {
-    const void* gone = detail::copy_guarded(p, static_cast<std::size_t>(n), work, job);
-    if (!gone) return;
-    throw errors::cut_since_opened(
-        path_, m.name, offset + static_cast<std::uint64_t>(static_cast<const std::byte*>(gone) - p),
-        detail::size_now(source_->descriptor()));
+    detail::run_guarded(p, n, offset, work, job, path_, m.name, source_->descriptor());
   }
 
   // Reads up to `n` bytes at `offset` of member `m` into `out` (resized to what was read);

@@ -10,7 +10,6 @@
 #include "detail/sigbus_guard.hpp"
 #include "mmnpz/writer.hpp"
 #include "npz/directory_reads.hpp"
-#include "zip/crc32.hpp"
 #include "zip/directory.hpp"
 #include "zip/format.hpp"
 #include "zip/records.hpp"
@@ -31,56 +30,26 @@ class guarded_archive {
   // Copies the n bytes at `offset` (within the archive) to `dst`.
   void read(std::byte* dst, std::uint64_t n, std::uint64_t offset,
             std::string_view member = {}) const {
-    copy_job job{dst, archive_ + offset, static_cast<std::size_t>(n)};
-    run(member, offset, job.src, n, &copy_job::run, &job);
+    detail::mapped_copy job{archive_ + offset, n, dst};
+    detail::run_guarded(job.from, n, offset, &detail::mapped_copy::run, &job, name_, member, -1);
   }
 
   // Writes the bytes of `field` at `offset` (within the archive).
   void write(std::uint64_t offset, const std::string& field, std::string_view member) const {
-    copy_job job{archive_ + offset, reinterpret_cast<const std::byte*>(field.data()),
-                 field.size()};
-    run(member, offset, job.dst, field.size(), &copy_job::run, &job);
+    detail::mapped_copy job{reinterpret_cast<const std::byte*>(field.data()), field.size(),
+                            archive_ + offset};
+    detail::run_guarded(job.to, job.n, offset, &detail::mapped_copy::run, &job, name_, member,
+                        -1);
   }
 
   // The CRC-32 of the n bytes at `offset`.
   std::uint32_t crc32(std::uint64_t offset, std::uint64_t n, std::string_view member) const {
-    crc_job job{archive_ + offset, static_cast<std::size_t>(n), 0};
-    run(member, offset, job.data, n, &crc_job::run, &job);
+    detail::mapped_crc32 job{archive_ + offset, n};
+    detail::run_guarded(job.p, n, offset, &detail::mapped_crc32::run, &job, name_, member, -1);
     return job.crc;
   }
 
  private:
-  // Plain data, as detail::copy_guarded asks (it may leave run() by siglongjmp).
-  struct copy_job {
-    std::byte* dst;
-    const std::byte* src;
-    std::size_t n;
-    static void run(void* p) {
-      auto* j = static_cast<copy_job*>(p);
-      std::memcpy(j->dst, j->src, j->n);
-    }
-  };
-  struct crc_job {
-    const std::byte* data;
-    std::size_t n;
-    std::uint32_t crc;
-    static void run(void* p) {
-      auto* j = static_cast<crc_job*>(p);
-      j->crc = detail::crc32(0, j->data, j->n);
-    }
-  };
-
-  // Runs work(job), which touches no bytes of the archive but [p, p + n) (at `offset`).
-  void run(std::string_view member, std::uint64_t offset, const std::byte* p, std::uint64_t n,
-           void (*work)(void*), void* job) const {
-    const void* gone = detail::copy_guarded(p, static_cast<std::size_t>(n), work, job);
-    if (!gone) return;
-    throw errors::cut_since_opened(
-        name_, member,
-        offset + static_cast<std::uint64_t>(static_cast<const std::byte*>(gone) - p),
-        error::no_offset);
-  }
-
   std::byte* archive_;
   const std::string& name_;
 };
@@ -145,7 +114,6 @@ std::vector<std::uint32_t> update_member_crcs(std::byte* archive, std::uint64_t 
                                               const std::string& name) {
   if (indices.empty()) return {};
   const guarded_archive bytes(archive, name);
-  if (size == 0) zip::read_directory(archive, size, name);  // throws its error for an empty file
   std::unique_ptr<std::byte[]> tail;
   std::uint64_t tail_offset = 0;
   const zip::directory d = detail::read_directory_by_pieces(

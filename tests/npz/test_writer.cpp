@@ -974,6 +974,10 @@ TEST_SUITE("writers never break readers") {
                                              twice.member(1).crc32});
     CHECK(crcs[0] != crc);
     CHECK(mmnpz::update_member_crcs(p, bytes.size(), {}, path).empty());
+    CHECK_THROWS_WITH_AS(mmnpz::update_member_crc(p, 0, 0, path),
+                         (path + ": not a ZIP archive: 0 bytes is too small for an end of "
+                                 "central directory record").c_str(),
+                         mmnpz::error);
     std::string piped = test::read_file(std::string(MMNPZ_FIXTURES) + "/good/unseekable_stored.npz");
     auto* q = reinterpret_cast<std::byte*>(piped.data());
     CHECK_THROWS_AS(mmnpz::update_member_crc(q, piped.size(), 0, "piped.npz"), mmnpz::error);
