@@ -160,6 +160,11 @@ constexpr std::size_t header_piece = 4096;
 // practice) fit, so one read does; a longer header costs a second read.
 constexpr std::size_t first_read = 1024;
 
+// How many of a member's first bytes a first access reads for its .npy header when the read
+// can stop sooner than first_read: numpy pads headers to 64 or 128 bytes (more for long shapes
+// or structured dtypes, which take a second read).
+constexpr std::size_t npy_guess = 256;
+
 }  // namespace
 
 // Where a member's bytes lie, as its local header says, and their first bytes, read with it.
@@ -228,9 +233,6 @@ class archive {
   // used to bring 64 KiB of small members' headers at once; a read per member cost more).
   void decode_many(std::vector<std::size_t> indices) const {
     for (std::size_t i : indices) member(i);
-    const auto first_bytes = [this](const member_info& m) {
-      return std::min<std::uint64_t>(dir_.cd_offset - m.local_header_offset, first_read);
-    };
     std::vector<const member_info*> todo;
     for (std::size_t i : indices) {
       const member_info& m = dir_.members[i];
@@ -263,6 +265,23 @@ class archive {
       }
       get(static_cast<std::size_t>(&m - dir_.members.data()), &w);
     }
+  }
+
+  // What a first access reads at member m's local header: first_read bytes, or fewer when
+  // the headers end sooner: the local header ends where the next local header in the file
+  // less the member's bytes begins, and npy_guess bytes of those hold a usual .npy header (a
+  // small member's read then copies its headers, not its neighbours').
+  std::uint64_t first_bytes(const member_info& m) const {
+    const std::uint64_t start = m.local_header_offset;
+    const std::uint64_t limit =
+        zip::limit_of(dir_, static_cast<std::size_t>(&m - dir_.members.data())).offset;
+    std::uint64_t want = first_read;
+    if (limit > start && limit - start > m.compressed_size) {
+      want = std::min<std::uint64_t>(
+          want, limit - start - m.compressed_size + std::min<std::uint64_t>(m.compressed_size, npy_guess));
+    }
+    want = std::max<std::uint64_t>(want, zip::local_header_size + m.name.size());
+    return std::min<std::uint64_t>(dir_.cd_offset - start, want);
   }
 
   const member_info& member(std::size_t index) const {
@@ -507,16 +526,20 @@ class archive {
     }
   }
 
-  // Makes `at` hold the stored member's .npy header whole (as far as the member goes), with a
-  // second read when the first one stopped inside it.
+  // Makes `at` hold the stored member's .npy header whole (as far as the member goes), with
+  // more reads when the first one stopped inside it: at most two, the first one for the
+  // preamble (which says how long the header is) when that was missing too.
   void read_npy_head(const member_info& m, located& at) const {
-    const std::uint64_t n = npy_header_size(at.head(), at.head_size);
-    const std::uint64_t wanted =
-        std::min<std::uint64_t>(m.compressed_size, n != 0 ? n : npy_preamble_len);
-    if (at.head_size >= wanted) return;
-    read_some(m, at.buf, wanted, wanted, at.offset);
-    at.head_at = 0;
-    at.head_size = at.buf.size();
+    for (;;) {
+      const std::uint64_t n = npy_header_size(at.head(), at.head_size);
+      const std::uint64_t wanted =
+          std::min<std::uint64_t>(m.compressed_size, n != 0 ? n : npy_preamble_len);
+      if (at.head_size >= wanted) return;
+      read_some(m, at.buf, n != 0 ? wanted : std::min<std::uint64_t>(m.compressed_size, npy_guess),
+                wanted, at.offset);
+      at.head_at = 0;
+      at.head_size = at.buf.size();
+    }
   }
 
   // Inflates the deflated member at `at` into `out`, in one piece, and checks its size and
@@ -563,7 +586,7 @@ class archive {
     // only when it misses bytes that are needed.
     located at;
     const std::uint64_t fixed = std::min<std::uint64_t>(room, zip::local_header_size);
-    const std::uint64_t first = std::min<std::uint64_t>(room, first_read);
+    const std::uint64_t first = first_bytes(m);
     if (window && window->covers(m.local_header_offset, first)) {
       const std::byte* p = window->bytes.data() + (m.local_header_offset - window->offset);
       at.buf.assign(p, p + first);

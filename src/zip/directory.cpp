@@ -534,6 +534,20 @@ std::optional<directory> read_directory_tail(const std::byte* tail, std::uint64_
   }
 }
 
+member_limit limit_of(const directory& d, std::size_t index) {
+  std::size_t next = index + 1;
+  if (!d.by_offset.empty()) {
+    const auto k = std::lower_bound(d.by_offset.begin(), d.by_offset.end(),
+                                    d.members[index].local_header_offset,
+                                    [&](std::uint32_t i, std::uint64_t offset) {
+                                      return d.members[i].local_header_offset < offset;
+                                    });
+    const auto after = static_cast<std::size_t>(k - d.by_offset.begin()) + 1;
+    next = after < d.by_offset.size() ? d.by_offset[after] : d.members.size();
+  }
+  return {next < d.members.size() ? d.members[next].local_header_offset : d.cd_offset, next};
+}
+
 void check_local_header(const local_header& h, const directory& d, std::size_t index,
                         const byte_reader& r) {
   const member_info& m = d.members[index];
@@ -543,19 +557,8 @@ void check_local_header(const local_header& h, const directory& d, std::size_t i
   if (local_name != m.name) {
     r.fail_at(h.name_offset, "the local header names it '" + std::string(local_name) + "'");
   }
-  // The member after it in the file.
-  std::size_t next = index + 1;
-  if (!d.by_offset.empty()) {
-    const auto k = std::lower_bound(d.by_offset.begin(), d.by_offset.end(),
-                                    m.local_header_offset,
-                                    [&](std::uint32_t i, std::uint64_t offset) {
-                                      return d.members[i].local_header_offset < offset;
-                                    });
-    const auto after = static_cast<std::size_t>(k - d.by_offset.begin()) + 1;
-    next = after < d.by_offset.size() ? d.by_offset[after] : d.members.size();
-  }
+  const auto [limit, next] = limit_of(d, index);
   const bool last = next >= d.members.size();
-  const std::uint64_t limit = last ? d.cd_offset : d.members[next].local_header_offset;
   if (h.data_offset > limit || m.compressed_size > limit - h.data_offset) {
     r.fail("data [" + std::to_string(h.data_offset) + ", " +
            std::to_string(h.data_offset + m.compressed_size) + ") runs into " +

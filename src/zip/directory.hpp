@@ -44,6 +44,15 @@ struct directory {
 
 struct local_header;
 
+/// Where member `index`'s bytes must end in the file: at the local header of the member after
+/// it in file order (`next`, its index), or for the last one at the central directory (`next`
+/// is then d.members.size()).
+struct member_limit {
+  std::uint64_t offset;
+  std::size_t next;
+};
+member_limit limit_of(const directory& d, std::size_t index);
+
 /// Checks the local header `h` of member `index` of `d`, parsed by `r` (whose errors it
 /// raises): that it names the member as the directory does, and that the member's data ends
 /// at or before the next local header in the file (the central directory after the last), as

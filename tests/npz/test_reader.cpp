@@ -746,6 +746,39 @@ TEST_SUITE("reader: reads") {
                          mmnpz::error);
   }
 
+  TEST_CASE("a first access that reads up to the next member decodes short and long headers") {
+    // The first read at a local header stops where the member's bytes begin plus 256 (the
+    // next local header bounds it); a .npy header longer than that takes a second read.
+    std::vector<mmnpz::field> fields;
+    for (int k = 0; k < 40; ++k) {
+      fields.push_back({"field_" + std::to_string(k), "", mmnpz::dtype::of<std::int32_t>(), {}, 0});
+    }
+    const mmnpz::dtype record = mmnpz::dtype::structured(fields);
+    const std::string path = test::scratch("bounded_first_read.npz");
+    std::vector<std::int32_t> records(40 * 3);
+    for (std::size_t k = 0; k < records.size(); ++k) records[k] = static_cast<std::int32_t>(k);
+    const std::int32_t small[] = {7, 8, 9};
+    {
+      mmnpz::writer w(path);
+      w.write("small", small, {3});
+      w.write("records", records.data(), record, {3});
+      w.write_deflated("packed", records.data(), record, {3});
+      w.write("last", small, {3});
+    }
+    mmnpz::reader r(path);
+    REQUIRE(r.array_header(r.index_of("records")).data_offset > 256 + 64);
+    for (const char* name : {"records", "packed", "small", "last"}) {
+      CAPTURE(name);
+      const mmnpz::array_view v = r.array(name);
+      CHECK(v.shape() == std::vector<std::uint64_t>{3});
+      const std::size_t n = v.nbytes() / sizeof(std::int32_t);
+      std::vector<std::int32_t> got(n);
+      std::memcpy(got.data(), v.data(), v.nbytes());
+      const std::int32_t* want = n == 3 ? small : records.data();
+      CHECK(std::equal(got.begin(), got.end(), want));
+    }
+  }
+
   TEST_CASE("a descriptor's reader reads through its own duplicate, the caller's stays open") {
     const std::string path = make_archive("descriptor.npz", 3);
     const int fd = ::open(path.c_str(), O_RDONLY);
