@@ -206,13 +206,53 @@ reader open_archive(const std::string& path) {
   return reader(path, o);
 }
 
+// How many members ls and info decode at a time: the views of each chunk are dropped before
+// the next, so memory stays bounded however many members an archive has (decoding them all
+// through array() would keep a million members' headers, some 400 MB).
+constexpr std::size_t listing_chunk = 4096;
+
+// Calls each(index, view, failure) for every member of `r` in directory order, their headers
+// read chunk by chunk as reader::visit_arrays() reads them: `view` is array(index)'s, or empty
+// with `failure` the error array(index) would throw; a deflated member has neither.
+template <class Each>
+void for_each_array(const reader& r, Each&& each) {
+  std::vector<std::size_t> indices;
+  std::vector<array_view> views;
+  std::vector<std::exception_ptr> failures;
+  for (std::size_t begin = 0; begin < r.size(); begin += listing_chunk) {
+    const std::size_t n = std::min(listing_chunk, r.size() - begin);
+    indices.resize(n);
+    for (std::size_t k = 0; k < n; ++k) indices[k] = begin + k;
+    views.assign(n, array_view());
+    failures.assign(n, nullptr);
+    r.visit_arrays(indices, [&](std::size_t i, const array_view& v, std::exception_ptr failure) {
+      views[i - begin] = v;
+      failures[i - begin] = std::move(failure);
+    });
+    for (std::size_t k = 0; k < n; ++k) each(begin + k, views[k], failures[k]);
+  }
+}
+
+// Whether `failure` (from for_each_array) is an object array's; rethrows it when it is
+// anything else than that or a member that is no .npy array.
+bool is_object(const std::exception_ptr& failure) {
+  if (!failure) return false;
+  try {
+    std::rethrow_exception(failure);
+  } catch (const error& e) {
+    if (e.code() == errc::object_array) return true;
+    if (e.code() != errc::not_an_array) throw;
+  }
+  return false;
+}
+
 int cmd_ls(const ls_options& a) {
   const bool json = a.json;
   for (const auto& path : a.files) {
     const reader r = open_archive(path);
     if (!json && a.files.size() > 1) std::printf("%s:\n", path.c_str());
     if (json) std::printf("[");
-    for (std::size_t i = 0; i < r.size(); ++i) {
+    for_each_array(r, [&](std::size_t i, const array_view& v, const std::exception_ptr& failure) {
       const member_info& m = r.member(i);
       const char* method = m.is_deflated() ? "deflated" : "stored";
       std::string dtype = "-", shape = "-", shape_js = "null";
@@ -233,21 +273,17 @@ int cmd_ls(const ls_options& a) {
         } catch (const error& e) {
           if (e.code() != errc::not_an_array) throw;
         }
-      } else if (r.is_array(i)) {
-        try {
-          const array_view v = r.array(i);
-          dtype = v.type().str();
-          shape = shape_text(v.shape());
-          shape_js = shape_json(v.shape());
-          nbytes = v.nbytes();
-          if (v.is_mapped()) {
-            offset = std::to_string(v.file_offset());
-            aligned = std::to_string(alignment_of(v.file_offset()));
-          }
-        } catch (const error& e) {
-          if (e.code() != errc::object_array) throw;
-          dtype = "object";
+      } else if (v) {
+        dtype = v.type().str();
+        shape = shape_text(v.shape());
+        shape_js = shape_json(v.shape());
+        nbytes = v.nbytes();
+        if (v.is_mapped()) {
+          offset = std::to_string(v.file_offset());
+          aligned = std::to_string(alignment_of(v.file_offset()));
         }
+      } else if (is_object(failure)) {
+        dtype = "object";
       }
       if (json) {
         std::printf(
@@ -262,7 +298,7 @@ int cmd_ls(const ls_options& a) {
                     dtype.c_str(), shape.c_str(), static_cast<unsigned long long>(nbytes), method,
                     offset.c_str(), aligned.c_str());
       }
-    }
+    });
     if (json) std::printf("]\n");
   }
   return exit_ok;
@@ -274,20 +310,18 @@ int cmd_info(const info_options& a) {
     std::uint64_t bytes = 0, deflated = 0, arrays = 0;
     std::map<std::uint64_t, std::size_t> alignments;
     std::map<std::string_view, std::size_t> seen;
-    for (std::size_t i = 0; i < r.size(); ++i) {
+    for_each_array(r, [&](std::size_t i, const array_view& v, const std::exception_ptr& failure) {
       const member_info& m = r.member(i);
       bytes += m.uncompressed_size;
       deflated += m.is_deflated();
       ++seen[m.name];
-      if (!m.is_deflated() && r.is_array(i)) {
-        try {
-          ++alignments[alignment_of(r.array(i).file_offset())];
-          ++arrays;
-        } catch (const error& e) {
-          if (e.code() != errc::object_array) throw;
-        }
+      if (v) {
+        ++alignments[alignment_of(v.file_offset())];
+        ++arrays;
+      } else {
+        is_object(failure);  // rethrows what is neither an object array nor no array
       }
-    }
+    });
     std::size_t duplicates = 0;
     for (const auto& kv : seen) duplicates += kv.second > 1;
     if (a.json) {

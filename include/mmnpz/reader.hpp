@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -172,6 +173,22 @@ class reader {
   /// not decode keeps its error for the access that would have seen it; only an index out of
   /// range throws (errc::not_found, before anything is decoded).
   void decode(std::vector<std::size_t> indices) const;
+
+  /// What visit_arrays() hands out for one member: `view` as array(index) would return it, or
+  /// (`view` empty) in `failure` the error array(index) would throw (errc::not_an_array for a
+  /// member that is no .npy array, errc::object_array, a bad local header...).
+  using array_visitor =
+      std::function<void(std::size_t index, const array_view& view, std::exception_ptr failure)>;
+  /// For listing archives of millions of members: calls `visit` for each stored member at
+  /// `indices`, in the order of their local headers in the file. Headers are read as decode()
+  /// reads them (one read for members whose headers lie close together) and cached nowhere,
+  /// so memory does not grow with the members listed (a member decoded before is handed out
+  /// from the cache). Deflated members are skipped: array_header() reads their headers without
+  /// inflating them whole. A view handed out is valid as long as array()'s would be; a later
+  /// array() of the same member decodes it again. An index out of range throws
+  /// (errc::not_found) before anything is read; an exception thrown by `visit` stops the
+  /// listing and propagates.
+  void visit_arrays(std::vector<std::size_t> indices, const array_visitor& visit) const;
 
   /// Checks the CRC-32 of every member's contents against the directory; never throws for a
   /// bad member (see verify_result), only for OS errors. A deflated member that bytes() or

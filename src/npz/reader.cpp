@@ -236,11 +236,68 @@ class archive {
     std::vector<const member_info*> todo;
     for (std::size_t i : indices) {
       const member_info& m = dir_.members[i];
-      if (m.method == zip::method_stored && m.local_header_offset < dir_.cd_offset &&
-          !slots_->get(i)) {
-        todo.push_back(&m);
-      }
+      if (m.method == zip::method_stored && !slots_->get(i)) todo.push_back(&m);
     }
+    in_file_order(std::move(todo), [this](const member_info& m, const header_window& w) {
+      get(index_of(m), &w);
+    });
+  }
+
+  /// Calls fn(index, decoded) for each stored member at `indices` in the order of their local
+  /// headers, decoding (with shared reads, as decode_many()) the ones not decoded yet into a
+  /// fresh `decoded` kept alive with `self` (this archive's owner), not cached.
+  template <class Fn>
+  void visit_stored(const std::vector<std::size_t>& indices,
+                    const std::shared_ptr<const archive>& self, Fn&& fn) const {
+    for (std::size_t i : indices) member(i);
+    std::vector<const member_info*> todo;
+    for (std::size_t i : indices) {
+      if (dir_.members[i].method == zip::method_stored) todo.push_back(&dir_.members[i]);
+    }
+    struct held {
+      std::shared_ptr<const archive> owner;
+      decoded d;
+    };
+    in_file_order(std::move(todo), [&](const member_info& m, const header_window& w) {
+      const std::size_t i = index_of(m);
+      if (const decoded* cached = slots_->get(i)) {
+        fn(i, std::shared_ptr<const decoded>(self, cached));
+        return;
+      }
+      auto fresh = std::make_shared<held>();
+      fresh->owner = self;
+      decode(m, fresh->d, &w);
+      fn(i, std::shared_ptr<const decoded>(fresh, &fresh->d));
+    });
+  }
+
+  // What a first access reads at member m's local header: first_read bytes, or fewer when
+  // the headers end sooner: the local header ends where the next local header in the file
+  // less the member's bytes begins, and npy_guess bytes of those hold a usual .npy header (a
+  // small member's read then copies its headers, not its neighbours').
+  std::uint64_t first_bytes(const member_info& m) const {
+    const std::uint64_t start = m.local_header_offset;
+    const std::uint64_t limit = zip::limit_of(dir_, index_of(m)).offset;
+    std::uint64_t want = first_read;
+    if (limit > start && limit - start > m.compressed_size) {
+      want = std::min<std::uint64_t>(
+          want, limit - start - m.compressed_size + std::min<std::uint64_t>(m.compressed_size, npy_guess));
+    }
+    want = std::max<std::uint64_t>(want, zip::local_header_size + m.name.size());
+    return std::min<std::uint64_t>(dir_.cd_offset - start, want);
+  }
+
+  std::size_t index_of(const member_info& m) const {
+    return static_cast<std::size_t>(&m - dir_.members.data());  // m is in dir_.members
+  }
+
+  // Calls fn(m, window) for the members in `todo`, in the order of their local headers, with
+  // `window` holding the first bytes (first_bytes()) of each member and of the ones after it
+  // within header_window_max, read with one read (a page fault of the mapping used to bring
+  // 64 KiB of small members' headers at once; a read per member cost more). A member far from
+  // the next gets an empty window (its own read then).
+  template <class Fn>
+  void in_file_order(std::vector<const member_info*> todo, Fn&& fn) const {
     std::sort(todo.begin(), todo.end(), [](const member_info* a, const member_info* b) {
       return a->local_header_offset < b->local_header_offset;
     });
@@ -263,25 +320,8 @@ class archive {
         w.bytes.resize(w.bytes.empty() ? 0
                                        : source_->read_at(w.bytes.data(), w.bytes.size(), begin));
       }
-      get(static_cast<std::size_t>(&m - dir_.members.data()), &w);
+      fn(m, static_cast<const header_window&>(w));
     }
-  }
-
-  // What a first access reads at member m's local header: first_read bytes, or fewer when
-  // the headers end sooner: the local header ends where the next local header in the file
-  // less the member's bytes begins, and npy_guess bytes of those hold a usual .npy header (a
-  // small member's read then copies its headers, not its neighbours').
-  std::uint64_t first_bytes(const member_info& m) const {
-    const std::uint64_t start = m.local_header_offset;
-    const std::uint64_t limit =
-        zip::limit_of(dir_, static_cast<std::size_t>(&m - dir_.members.data())).offset;
-    std::uint64_t want = first_read;
-    if (limit > start && limit - start > m.compressed_size) {
-      want = std::min<std::uint64_t>(
-          want, limit - start - m.compressed_size + std::min<std::uint64_t>(m.compressed_size, npy_guess));
-    }
-    want = std::max<std::uint64_t>(want, zip::local_header_size + m.name.size());
-    return std::min<std::uint64_t>(dir_.cd_offset - start, want);
   }
 
   const member_info& member(std::size_t index) const {
@@ -829,13 +869,36 @@ std::size_t reader::index_of(std::string_view key) const {
               "no such member in the archive");
 }
 
+namespace {
+
+// Throws what array() throws for the decoded member `d` at `index` when it is no array view.
+void check_array(const detail::archive& a, const detail::decoded& d, std::size_t index) {
+  a.check_contents(d);
+  if (!d.is_array) a.fail_not_an_array(a.dir().members[index], d.contents_offset);
+  if (d.array_error) std::rethrow_exception(d.array_error);
+}
+
+}  // namespace
+
 array_view reader::array(std::size_t index) const {
   const detail::decoded& d = a_->get(index);
-  a_->check_contents(d);
-  if (!d.is_array) a_->fail_not_an_array(a_->dir().members[index], d.contents_offset);
-  if (d.array_error) std::rethrow_exception(d.array_error);
+  check_array(*a_, d, index);
   // Aliasing: the view shares ownership of the archive, which owns the decoded state.
   return array_view(std::shared_ptr<const array_view::state>(a_, &d.view));
+}
+
+void reader::visit_arrays(std::vector<std::size_t> indices, const array_visitor& visit) const {
+  a_->visit_stored(indices, a_, [&](std::size_t i, std::shared_ptr<const detail::decoded> d) {
+    array_view view;
+    std::exception_ptr failure;
+    try {
+      check_array(*a_, *d, i);
+      view = array_view(std::shared_ptr<const array_view::state>(d, &d->view));
+    } catch (const error&) {
+      failure = std::current_exception();
+    }
+    visit(i, view, failure);
+  });
 }
 
 bool reader::is_array(std::size_t index) const {

@@ -453,6 +453,65 @@ std::string listing(const std::function<mmnpz::reader()>& open, bool decode_firs
   return out;
 }
 
+// listing() through visit_arrays() (headers read in file order, cached nowhere) for the
+// stored members, as listing() for the deflated ones.
+std::string visited_listing(const std::function<mmnpz::reader()>& open) {
+  std::string out;
+  try {
+    const mmnpz::reader r = open();
+    std::vector<std::size_t> all(r.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    std::vector<std::string> items(r.size());
+    std::vector<bool> visited(r.size());
+    r.visit_arrays(all, [&](std::size_t i, const mmnpz::array_view& a, std::exception_ptr failure) {
+      require(!visited[i], "visit_arrays() visited member " + std::to_string(i) + " twice");
+      visited[i] = true;
+      if (a) {
+        items[i] = a.type().descr() + " " + std::to_string(a.shape().size()) + " " +
+                   std::to_string(a.nbytes()) + " " + std::to_string(checksum(a.data(), a.nbytes()));
+        return;
+      }
+      try {
+        std::rethrow_exception(failure);
+      } catch (const mmnpz::error& e) {
+        if (e.code() != mmnpz::errc::not_an_array) {
+          items[i] = e.what();
+          return;
+        }
+      }
+      try {
+        const mmnpz::bytes_view b = r.bytes(i);
+        items[i] = "bytes " + std::to_string(checksum(b.data, b.size));
+      } catch (const mmnpz::error& e) {
+        items[i] = e.what();
+      }
+    });
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (!visited[i]) {
+        require(r.member(i).is_deflated(), "visit_arrays() skipped stored member " +
+                                               std::to_string(i));
+        try {
+          if (r.is_array(i)) {
+            const mmnpz::array_view a = r.array(i);
+            items[i] = a.type().descr() + " " + std::to_string(a.shape().size()) + " " +
+                       std::to_string(a.nbytes()) + " " +
+                       std::to_string(checksum(a.data(), a.nbytes()));
+          } else {
+            const mmnpz::bytes_view b = r.bytes(i);
+            items[i] = "bytes " + std::to_string(checksum(b.data, b.size));
+          }
+        } catch (const mmnpz::error& e) {
+          items[i] = e.what();
+        }
+      }
+      out += items[i] + "|";
+    }
+  } catch (const mmnpz::error& e) {
+    out += std::string("open: ") + e.what();
+  }
+  return out;
+}
+
 // A reader of the file (headers read with pread, alone or a window of members at a time) says
 // what a reader of the same bytes in memory says.
 void check_reading_the_file(const std::uint8_t* data, std::size_t size) {
@@ -467,6 +526,9 @@ void check_reading_the_file(const std::uint8_t* data, std::size_t size) {
                                         from_file + "', of the bytes in memory '" + in_memory +
                                         "'");
   }
+  const std::string visited = visited_listing([&] { return mmnpz::reader(path); });
+  require(visited == in_memory, "visit_arrays() of the file says '" + visited +
+                                    "', a reader of the bytes in memory '" + in_memory + "'");
 }
 
 // gather() of the input as a dataset: by reads and through the mapping, the same outcome,

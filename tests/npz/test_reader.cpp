@@ -779,6 +779,62 @@ TEST_SUITE("reader: reads") {
     }
   }
 
+  TEST_CASE("visit_arrays hands out in file order what array() would, and caches nothing") {
+    const std::string path = test::scratch("visit_arrays.npz");
+    const std::int32_t v[] = {1, 2, 3};
+    {
+      mmnpz::writer w(path);
+      w.write("a", v, {3});
+      w.write_bytes("text.txt", "hello", 5);
+      w.write_deflated("packed", v, mmnpz::dtype::of<std::int32_t>(), {3});
+      w.write("b", v, {1, 3});
+      w.write("c", v, {3});
+    }
+    mmnpz::reader r(path);
+    const mmnpz::array_view cached = r.array("c");  // decoded before: handed out from the cache
+    std::vector<std::size_t> order;
+    std::vector<mmnpz::array_view> views(r.size());
+    std::vector<std::exception_ptr> failures(r.size());
+    r.visit_arrays({4, 3, 2, 1, 0},
+                   [&](std::size_t i, const mmnpz::array_view& view, std::exception_ptr failure) {
+                     order.push_back(i);
+                     views[i] = view;
+                     failures[i] = failure;
+                   });
+    CHECK(order == std::vector<std::size_t>{0, 1, 3, 4});  // file order, the deflated one skipped
+    CHECK(views[0].shape() == std::vector<std::uint64_t>{3});
+    CHECK(views[0].file_offset() == r.array(0).file_offset());
+    CHECK(&views[0].type() != &r.array(0).type());  // a state of its own, not the cache's
+    CHECK(views[3].shape() == std::vector<std::uint64_t>{1, 3});
+    CHECK(&views[4].type() == &cached.type());  // the cached state itself
+    CHECK_FALSE(views[1]);
+    REQUIRE(failures[1]);
+    try {
+      std::rethrow_exception(failures[1]);
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::not_an_array);
+    }
+    CHECK(std::memcmp(views[3].data(), v, sizeof v) == 0);
+    CHECK_THROWS_WITH_AS(r.visit_arrays({0, 5}, [](auto&&...) { FAIL("visited"); }),
+                         (path + ": no member at index 5 (the archive has 5)").c_str(),
+                         mmnpz::error);
+    // Not cached: once the file is cut before it, a member only visited fails at array().
+    const std::uint64_t b_offset = r.member(3).local_header_offset;
+    mmnpz::reader fresh(path);
+    fresh.visit_arrays({3}, [](auto&&...) {});
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(b_offset)) == 0);
+    CHECK_THROWS_AS(fresh.array(3), mmnpz::error);
+    // An exception from the visitor stops the visit.
+    std::size_t calls = 0;
+    CHECK_THROWS_AS(r.visit_arrays({0, 3, 4},
+                                   [&](auto&&...) {
+                                     ++calls;
+                                     throw std::runtime_error("stop");
+                                   }),
+                    std::runtime_error);
+    CHECK(calls == 1);
+  }
+
   TEST_CASE("a descriptor's reader reads through its own duplicate, the caller's stays open") {
     const std::string path = make_archive("descriptor.npz", 3);
     const int fd = ::open(path.c_str(), O_RDONLY);

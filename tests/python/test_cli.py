@@ -65,6 +65,52 @@ def test_ls_json_agrees_with_numpy_member_by_member(save, tmp_path):
                 assert row["offset"] is None and row["alignment"] is None
 
 
+def test_ls_and_info_of_more_members_than_a_chunk_agree_with_numpy_and_zipfile(tmp_path):
+    # ls and info read headers 4,096 members at a time in file order (reader.visit_arrays),
+    # then print in directory order: 9,000 members, among them object arrays, text and
+    # deflated members, cross two chunk ends.
+    path = tmp_path / "many.npz"
+    rng = np.random.default_rng(5)
+    arrays = {f"m{k:05d}": rng.integers(0, 9, size=rng.integers(0, 5, size=rng.integers(0, 3)))
+              .astype(rng.choice(["<i2", ">f8", "<u1"])) for k in range(9000)}
+    np.savez(path, **arrays)
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("readme.txt", "hello")
+        z.writestr("z_deflated.npy", z.read("m00007.npy"), compress_type=zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(path, "a") as z:  # an object array past the second chunk end
+        buf = io.BytesIO()
+        np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        z.writestr("z_object.npy", buf.getvalue())
+    out = run("ls", "--json", path)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    with zipfile.ZipFile(path) as z:
+        infos = z.infolist()
+    assert [row["name"] for row in rows] == [i.filename for i in infos]
+    data = path.read_bytes()
+    with np.load(path, allow_pickle=True) as f:
+        for row, info in zip(rows, infos):
+            if row["name"] == "readme.txt":
+                assert row["dtype"] is None and row["shape"] is None and row["bytes"] == 5
+                continue
+            a = f[row["name"]]
+            if a.dtype == object:
+                assert row["dtype"] == "object" and row["offset"] is None
+                continue
+            assert (row["dtype"], tuple(row["shape"]), row["bytes"]) == \
+                (a.dtype.str, a.shape, a.nbytes), row
+            if info.compress_type == zipfile.ZIP_STORED:
+                # the data ends where the member ends
+                name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+                end = info.header_offset + 30 + name_len + extra_len + info.file_size
+                assert row["offset"] + row["bytes"] == end, row
+            else:
+                assert row["offset"] is None
+    info = run("info", path)
+    assert info.returncode == 0, info.stderr
+    assert "9003 members" in info.stdout, info.stdout
+
+
 def test_ls_and_info_print_one_line_per_member_and_a_summary(mixed):
     ls = run("ls", mixed)
     assert ls.returncode == 0 and len(ls.stdout.splitlines()) == 4
