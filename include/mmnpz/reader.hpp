@@ -179,8 +179,9 @@ class reader {
   /// member that is no .npy array, errc::object_array, a bad local header...).
   using array_visitor =
       std::function<void(std::size_t index, const array_view& view, std::exception_ptr failure)>;
-  /// For listing archives of millions of members: calls `visit` for each stored member at
-  /// `indices`, in the order of their local headers in the file. Headers are read as decode()
+  /// For listing archives of millions of members: calls `visit` for each member at `indices`
+  /// that is not deflated, in the order of their local headers in the file (a member of an
+  /// unsupported method gets array()'s errc::unsupported). Headers are read as decode()
   /// reads them (one read for members whose headers lie close together) and cached nowhere,
   /// so memory does not grow with the members listed (a member decoded before is handed out
   /// from the cache). Deflated members are skipped: array_header() reads their headers without

@@ -243,8 +243,8 @@ class archive {
     });
   }
 
-  /// Calls fn(index, decoded) for each stored member at `indices` in the order of their local
-  /// headers, decoding (with shared reads, as decode_many()) the ones not decoded yet into a
+  /// Calls fn(index, decoded) for each member at `indices` that is not deflated (stored, or of
+  /// a method that decoding refuses) in the order of their local headers, decoding (with shared reads, as decode_many()) the ones not decoded yet into a
   /// fresh `decoded` kept alive with `self` (this archive's owner), not cached.
   template <class Fn>
   void visit_stored(const std::vector<std::size_t>& indices,
@@ -252,7 +252,7 @@ class archive {
     for (std::size_t i : indices) member(i);
     std::vector<const member_info*> todo;
     for (std::size_t i : indices) {
-      if (dir_.members[i].method == zip::method_stored) todo.push_back(&dir_.members[i]);
+      if (dir_.members[i].method != zip::method_deflated) todo.push_back(&dir_.members[i]);
     }
     struct held {
       std::shared_ptr<const archive> owner;

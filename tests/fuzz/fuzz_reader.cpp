@@ -454,7 +454,7 @@ std::string listing(const std::function<mmnpz::reader()>& open, bool decode_firs
 }
 
 // listing() through visit_arrays() (headers read in file order, cached nowhere) for the
-// stored members, as listing() for the deflated ones.
+// members that are not deflated, as listing() for the deflated ones.
 std::string visited_listing(const std::function<mmnpz::reader()>& open) {
   std::string out;
   try {
@@ -488,8 +488,8 @@ std::string visited_listing(const std::function<mmnpz::reader()>& open) {
     });
     for (std::size_t i = 0; i < r.size(); ++i) {
       if (!visited[i]) {
-        require(r.member(i).is_deflated(), "visit_arrays() skipped stored member " +
-                                               std::to_string(i));
+        require(r.member(i).is_deflated(), "visit_arrays() skipped member " + std::to_string(i) +
+                                               ", which is not deflated");
         try {
           if (r.is_array(i)) {
             const mmnpz::array_view a = r.array(i);
