@@ -130,6 +130,11 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
+// "1 member", "2 members".
+std::string members_text(std::size_t n) {
+  return std::to_string(n) + (n == 1 ? " member" : " members");
+}
+
 std::string shape_json(const std::vector<std::uint64_t>& shape) {
   std::string out = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
@@ -343,8 +348,8 @@ int cmd_info(const info_options& a) {
           r.was_interrupted() ? "true" : "false");
       continue;
     }
-    std::printf("%s: %zu members, %llu bytes (%llu in the file), %llu deflated, zip64 %s\n",
-                path.c_str(), r.size(), static_cast<unsigned long long>(bytes),
+    std::printf("%s: %s, %llu bytes (%llu in the file), %llu deflated, zip64 %s\n",
+                path.c_str(), members_text(r.size()).c_str(), static_cast<unsigned long long>(bytes),
                 static_cast<unsigned long long>(r.file_size()),
                 static_cast<unsigned long long>(deflated), r.is_zip64() ? "yes" : "no");
     std::printf("  stored arrays by data alignment (bytes):");
@@ -428,8 +433,8 @@ int cmd_verify(const verify_options& a) {
                   json_string(path).c_str(), bad.empty() ? "true" : "false", checked,
                   problems.c_str());
     } else {
-      std::printf("%s: %s (%zu members checked%s)\n", path.c_str(), bad.empty() ? "OK" : "BAD",
-                  checked, bad.empty() ? "" : (", " + std::to_string(bad.size()) + " bad").c_str());
+      std::printf("%s: %s (%s checked%s)\n", path.c_str(), bad.empty() ? "OK" : "BAD",
+                  members_text(checked).c_str(), bad.empty() ? "" : (", " + std::to_string(bad.size()) + " bad").c_str());
     }
     if (!bad.empty()) status = exit_failed;
   }
@@ -575,8 +580,8 @@ int write_archive(const write_options& a) {
     std::printf("{\"path\": %s, \"members\": %zu, \"alignment\": %zu}\n", json_string(out).c_str(),
                 members, o.alignment);
   } else {
-    std::printf("wrote %s: %zu members, data aligned to %zu bytes\n", out.c_str(), members,
-                o.alignment);
+    std::printf("wrote %s: %s, data aligned to %zu bytes\n", out.c_str(),
+                members_text(members).c_str(), o.alignment);
   }
   return exit_ok;
 }
@@ -639,10 +644,12 @@ int cmd_recover(const recover_options& a) {
                 json_string(a.file).c_str(), r.directory_was_intact ? "true" : "false",
                 r.members_recovered, static_cast<unsigned long long>(r.bytes_cut));
   } else if (r.directory_was_intact) {
-    std::printf("%s: intact, %zu members; nothing changed\n", a.file.c_str(), r.members_recovered);
+    std::printf("%s: intact, %s; nothing changed\n", a.file.c_str(),
+                members_text(r.members_recovered).c_str());
   } else {
-    std::printf("%s: recovered %zu members; cut off %llu bytes of incomplete data\n",
-                a.file.c_str(), r.members_recovered, static_cast<unsigned long long>(r.bytes_cut));
+    std::printf("%s: recovered %s; cut off %llu bytes of incomplete data\n", a.file.c_str(),
+                members_text(r.members_recovered).c_str(),
+                static_cast<unsigned long long>(r.bytes_cut));
   }
   return exit_ok;
 }

@@ -462,7 +462,7 @@ def main(argv=None):
         return 1
     if r.error:
         print(f"pack: {_os_message(r.error)}", file=sys.stderr)
-    summary = (f"packed {r.packed} input{'s' if r.packed != 1 else ''} ({r.members} members, "
+    summary = (f"packed {r.packed} input{'s' if r.packed != 1 else ''} ({r.members} member{'s' if r.members != 1 else ''}, "
                f"{_format_bytes(r.bytes)}) into {len(r.paths)} "
                f"shard{'s' if len(r.paths) != 1 else ''}: {r.spec}")
     if r.skipped:

@@ -352,7 +352,7 @@ def test_ls_verify_and_extract_stream_a_deflated_member_larger_than_their_memory
         assert ls.stdout.split() == ["x.npy", "<i4", f"({rows},", f"{cols})", str(nbytes),
                                      "deflated", "-", "-"]
         info, peaks["info"] = peak_rss("info", big.path)
-        assert info.returncode == 0 and f"{big.path}: 1 members" in info.stdout, info.stderr
+        assert info.returncode == 0 and f"{big.path}: 1 member," in info.stdout, info.stderr
 
         # A copy whose directory states another CRC-32: found only at the end of the stream.
         data = bytearray(big.path.read_bytes())
@@ -364,8 +364,8 @@ def test_ls_verify_and_extract_stream_a_deflated_member_larger_than_their_memory
         verify, peaks["verify --threads 2 (good, bad)"] = peak_rss("verify", "--threads", "2",
                                                                    big.path, bad)
         assert verify.returncode == 1
-        assert f"{big.path}: OK (1 members checked)" in verify.stdout
-        assert f"{bad}: BAD (1 members checked, 1 bad)" in verify.stdout
+        assert f"{big.path}: OK (1 member checked)" in verify.stdout
+        assert f"{bad}: BAD (1 member checked, 1 bad)" in verify.stdout
         assert verify.stderr.splitlines() == [
             f"{bad}: member 'x.npy' at offset {member_data_offset(big.path, 'x.npy')}: CRC-32 is "
             f"0x{big.crc:08x}, the central directory says 0x{big.crc ^ 1:08x}"]
@@ -546,10 +546,10 @@ def test_double_dash_ends_options(tmp_path):
     assert [row["name"] for row in json.loads(ls.stdout)] == ["a.npy"]
     two = run("ls", "-x.npz", "--", "-x.npz", cwd=tmp_path)  # options end at "--" only
     assert two.returncode == 2 and "unknown option -x.npz" in two.stderr
-    assert run("verify", "--", "-x.npz", cwd=tmp_path).stdout == "-x.npz: OK (1 members checked)\n"
+    assert run("verify", "--", "-x.npz", cwd=tmp_path).stdout == "-x.npz: OK (1 member checked)\n"
     assert run("info", "--", "-x.npz", cwd=tmp_path).returncode == 0
     done = run("align", "--align", "128", "--", "-x.npz", "-y.npz", cwd=tmp_path)
-    assert done.returncode == 0 and done.stdout == "wrote -y.npz: 1 members, data aligned to 128 bytes\n"
+    assert done.returncode == 0 and done.stdout == "wrote -y.npz: 1 member, data aligned to 128 bytes\n"
     assert np.array_equal(np.load(tmp_path / "-y.npz")["a"], np.arange(3))
     out = run("extract", "-o", "out", "--", "-x.npz", "a", cwd=tmp_path)
     assert out.returncode == 1 and "'out/a.npy'" in out.stderr  # no directory out: an I/O error
@@ -586,7 +586,7 @@ def test_ls_json_agrees_with_ls(mixed, tmp_path):
 
 
 INFO = re.compile(
-    r"(?P<path>.*): (?P<members>\d+) members, (?P<bytes>\d+) bytes \((?P<file_bytes>\d+) in the "
+    r"(?P<path>.*): (?P<members>\d+) members?, (?P<bytes>\d+) bytes \((?P<file_bytes>\d+) in the "
     r"file\), (?P<deflated>\d+) deflated, zip64 (?P<zip64>yes|no)\n"
     r"  stored arrays by data alignment \(bytes\):(?P<alignments>.*)\n"
     r"  bytes before the archive: (?P<leading_bytes>\d+); comment: (?P<comment_bytes>\d+) bytes; "
@@ -661,7 +661,7 @@ def test_verify_json_agrees_with_verify(mixed, tmp_path):
     assert objects[0]["bad"] == [] and len(objects[1]["bad"]) == len(objects[2]["bad"]) == 1
     assert f"{bad}: member 'a.npy'" in objects[1]["bad"][0]
     assert "No such file or directory" in objects[2]["bad"][0]
-    want = [f"{o['path']}: {'OK' if o['ok'] else 'BAD'} ({o['checked']} members checked"
+    want = [f"{o['path']}: {'OK' if o['ok'] else 'BAD'} ({o['checked']} member{'s' if o['checked'] != 1 else ''} checked"
             + ("" if o["ok"] else f", {len(o['bad'])} bad") + ")" for o in objects]
     assert text.stdout.splitlines() == want
     assert sorted(text.stderr.splitlines()) == sorted(objects[1]["bad"] + objects[2]["bad"])

@@ -272,7 +272,7 @@ def test_the_runs_own_shards_in_an_input_folder_are_not_packed(tmp_path, capsys)
     np.save(tmp_path / "a.npy", np.arange(3))
     for _ in range(2):
         status, out, _ = run_pack([tmp_path / "o.npz", tmp_path], capsys)
-        assert status == 0 and out.startswith("packed 1 input (1 members")
+        assert status == 0 and out.startswith("packed 1 input (1 member,")
 
 
 def test_progress_only_when_asked_off_a_terminal(tmp_path, capsys):
@@ -305,7 +305,7 @@ def test_module_runs_as_a_program(tmp_path):
                            str(tmp_path / "a.npy")], capture_output=True, text=True, env=env,
                           check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"packed 1 input (1 members, 24 B) into 1 shard: {tmp_path}/o@1.npz\n"
+    assert done.stdout == f"packed 1 input (1 member, 24 B) into 1 shard: {tmp_path}/o@1.npz\n"
 
 
 # ---- formats that need soundfile (skipped without python3-soundfile) -------------------------
@@ -380,7 +380,7 @@ def test_a_write_error_stops_the_run_and_keeps_the_shards_written_before(tmp_pat
     assert done.returncode == 1
     assert done.stderr == (f"pack: cannot write '{tmp_path}/out/o-00001.npz.partial': "
                            "File too large\n")
-    assert done.stdout == (f"packed 1 input (1 members, 7.8 KiB) into 1 shard: "
+    assert done.stdout == (f"packed 1 input (1 member, 7.8 KiB) into 1 shard: "
                            f"{tmp_path}/out/o@1.npz; stopped early\n")
     assert os.listdir(tmp_path / "out") == ["o-00000-of-00001.npz"]
     assert_same_array(np.load(tmp_path / "out" / "o-00000-of-00001.npz")["a"],
