@@ -349,7 +349,8 @@ int cmd_info(const info_options& a) {
       continue;
     }
     std::printf("%s: %s, %llu bytes (%llu in the file), %llu deflated, zip64 %s\n",
-                path.c_str(), members_text(r.size()).c_str(), static_cast<unsigned long long>(bytes),
+                path.c_str(), members_text(r.size()).c_str(),
+                static_cast<unsigned long long>(bytes),
                 static_cast<unsigned long long>(r.file_size()),
                 static_cast<unsigned long long>(deflated), r.is_zip64() ? "yes" : "no");
     std::printf("  stored arrays by data alignment (bytes):");
@@ -434,7 +435,8 @@ int cmd_verify(const verify_options& a) {
                   problems.c_str());
     } else {
       std::printf("%s: %s (%s checked%s)\n", path.c_str(), bad.empty() ? "OK" : "BAD",
-                  members_text(checked).c_str(), bad.empty() ? "" : (", " + std::to_string(bad.size()) + " bad").c_str());
+                  members_text(checked).c_str(),
+                  bad.empty() ? "" : (", " + std::to_string(bad.size()) + " bad").c_str());
     }
     if (!bad.empty()) status = exit_failed;
   }

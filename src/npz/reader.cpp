@@ -244,10 +244,11 @@ class archive {
   }
 
   /// Calls fn(index, decoded) for each member at `indices` that is not deflated (stored, or of
-  /// a method that decoding refuses) in the order of their local headers, decoding (with shared reads, as decode_many()) the ones not decoded yet into a
-  /// fresh `decoded` kept alive with `self` (this archive's owner), not cached.
+  /// a method that decoding refuses) in the order of their local headers. Members not decoded
+  /// yet are decoded (with shared reads, as decode_many()) into a fresh `decoded` kept alive
+  /// with `self` (this archive's owner) and cached nowhere.
   template <class Fn>
-  void visit_stored(const std::vector<std::size_t>& indices,
+  void visit_not_deflated(const std::vector<std::size_t>& indices,
                     const std::shared_ptr<const archive>& self, Fn&& fn) const {
     for (std::size_t i : indices) member(i);
     std::vector<const member_info*> todo;
@@ -280,8 +281,9 @@ class archive {
     const std::uint64_t limit = zip::limit_of(dir_, index_of(m)).offset;
     std::uint64_t want = first_read;
     if (limit > start && limit - start > m.compressed_size) {
+      const std::uint64_t headers = limit - start - m.compressed_size;
       want = std::min<std::uint64_t>(
-          want, limit - start - m.compressed_size + std::min<std::uint64_t>(m.compressed_size, npy_guess));
+          want, headers + std::min<std::uint64_t>(m.compressed_size, npy_guess));
     }
     want = std::max<std::uint64_t>(want, zip::local_header_size + m.name.size());
     return std::min<std::uint64_t>(dir_.cd_offset - start, want);
@@ -567,16 +569,18 @@ class archive {
   }
 
   // Makes `at` hold the stored member's .npy header whole (as far as the member goes), with
-  // more reads when the first one stopped inside it: at most two, the first one for the
-  // preamble (which says how long the header is) when that was missing too.
+  // at most two more reads when the first one stopped inside it: one for the preamble (which
+  // says how long the header is) when that was missing too, one for the rest. Bytes still
+  // missing after that (a file changing under the reader) are header_of()'s to report.
   void read_npy_head(const member_info& m, located& at) const {
-    for (;;) {
+    for (int reads = 0; reads < 2; ++reads) {
       const std::uint64_t n = npy_header_size(at.head(), at.head_size);
       const std::uint64_t wanted =
           std::min<std::uint64_t>(m.compressed_size, n != 0 ? n : npy_preamble_len);
       if (at.head_size >= wanted) return;
-      read_some(m, at.buf, n != 0 ? wanted : std::min<std::uint64_t>(m.compressed_size, npy_guess),
-                wanted, at.offset);
+      const std::uint64_t ask =
+          n != 0 ? wanted : std::min<std::uint64_t>(m.compressed_size, npy_guess);
+      read_some(m, at.buf, ask, wanted, at.offset);
       at.head_at = 0;
       at.head_size = at.buf.size();
     }
@@ -888,7 +892,7 @@ array_view reader::array(std::size_t index) const {
 }
 
 void reader::visit_arrays(std::vector<std::size_t> indices, const array_visitor& visit) const {
-  a_->visit_stored(indices, a_, [&](std::size_t i, std::shared_ptr<const detail::decoded> d) {
+  a_->visit_not_deflated(indices, a_, [&](std::size_t i, std::shared_ptr<const detail::decoded> d) {
     array_view view;
     std::exception_ptr failure;
     try {

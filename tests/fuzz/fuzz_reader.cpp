@@ -421,6 +421,27 @@ void check_append(const std::uint8_t* data, std::size_t size, bool opens) {
   }
 }
 
+// How listing() shows an array member (dtype, number of axes, bytes, a checksum of its bytes)
+// and a member that is no array (a checksum of its bytes).
+std::string array_item(const mmnpz::array_view& a) {
+  return a.type().descr() + " " + std::to_string(a.shape().size()) + " " +
+         std::to_string(a.nbytes()) + " " + std::to_string(checksum(a.data(), a.nbytes()));
+}
+
+std::string bytes_item(const mmnpz::bytes_view& b) {
+  return "bytes " + std::to_string(checksum(b.data, b.size));
+}
+
+// What a reader makes of member i, as listing() shows it: array_item(), bytes_item() or the
+// error that stopped it.
+std::string item_of(const mmnpz::reader& r, std::size_t i) {
+  try {
+    return r.is_array(i) ? array_item(r.array(i)) : bytes_item(r.bytes(i));
+  } catch (const mmnpz::error& e) {
+    return e.what();
+  }
+}
+
 // What a reader makes of every member: its array (dtype, shape, a checksum of its bytes), its
 // bytes when it is no array, or the error that stopped it.
 std::string listing(const std::function<mmnpz::reader()>& open, bool decode_first) {
@@ -432,21 +453,7 @@ std::string listing(const std::function<mmnpz::reader()>& open, bool decode_firs
       for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
       r.decode(all);
     }
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      try {
-        if (r.is_array(i)) {
-          const mmnpz::array_view a = r.array(i);
-          out += a.type().descr() + " " + std::to_string(a.shape().size()) + " " +
-                 std::to_string(a.nbytes()) + " " + std::to_string(checksum(a.data(), a.nbytes()));
-        } else {
-          const mmnpz::bytes_view b = r.bytes(i);
-          out += "bytes " + std::to_string(checksum(b.data, b.size));
-        }
-      } catch (const mmnpz::error& e) {
-        out += e.what();
-      }
-      out += "|";
-    }
+    for (std::size_t i = 0; i < r.size(); ++i) out += item_of(r, i) + "|";
   } catch (const mmnpz::error& e) {
     out += std::string("open: ") + e.what();
   }
@@ -467,8 +474,7 @@ std::string visited_listing(const std::function<mmnpz::reader()>& open) {
       require(!visited[i], "visit_arrays() visited member " + std::to_string(i) + " twice");
       visited[i] = true;
       if (a) {
-        items[i] = a.type().descr() + " " + std::to_string(a.shape().size()) + " " +
-                   std::to_string(a.nbytes()) + " " + std::to_string(checksum(a.data(), a.nbytes()));
+        items[i] = array_item(a);
         return;
       }
       try {
@@ -480,8 +486,7 @@ std::string visited_listing(const std::function<mmnpz::reader()>& open) {
         }
       }
       try {
-        const mmnpz::bytes_view b = r.bytes(i);
-        items[i] = "bytes " + std::to_string(checksum(b.data, b.size));
+        items[i] = bytes_item(r.bytes(i));
       } catch (const mmnpz::error& e) {
         items[i] = e.what();
       }
@@ -490,19 +495,7 @@ std::string visited_listing(const std::function<mmnpz::reader()>& open) {
       if (!visited[i]) {
         require(r.member(i).is_deflated(), "visit_arrays() skipped member " + std::to_string(i) +
                                                ", which is not deflated");
-        try {
-          if (r.is_array(i)) {
-            const mmnpz::array_view a = r.array(i);
-            items[i] = a.type().descr() + " " + std::to_string(a.shape().size()) + " " +
-                       std::to_string(a.nbytes()) + " " +
-                       std::to_string(checksum(a.data(), a.nbytes()));
-          } else {
-            const mmnpz::bytes_view b = r.bytes(i);
-            items[i] = "bytes " + std::to_string(checksum(b.data, b.size));
-          }
-        } catch (const mmnpz::error& e) {
-          items[i] = e.what();
-        }
+        items[i] = item_of(r, i);
       }
       out += items[i] + "|";
     }
