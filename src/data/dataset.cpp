@@ -119,62 +119,117 @@ std::vector<std::size_t> item_members(const reader& r, const std::string& select
 // in the order of its members in the file (one small read each).
 constexpr std::size_t decode_part = 256;
 
-// One part of an archive's items to decode.
+// What opening learned of one stored item from its headers (reader::visit_arrays, which
+// keeps no decoded state in the reader): its item with `layout` numbered within its part, or
+// the error its array() would throw.
+struct decoded_item {
+  dataset_item item;
+  bool zero_d = false;
+  std::exception_ptr failure;
+};
+
+// One part of an archive's stored items to decode: `members` (in file order) are at
+// `positions` of the archive's item list; the part's layouts are numbered within it.
 struct decode_job {
   std::size_t shard;
   std::vector<std::size_t> members;
+  std::vector<std::size_t> positions;
+  std::vector<item_layout> layouts;
 };
 
-// The parts of every archive's items, each part in file order.
+// The parts of every archive's stored items, each part in file order (deflated items are
+// decoded by read_shard: only their headers are inflated).
 std::vector<decode_job> decode_jobs(const std::vector<std::optional<reader>>& readers,
                                     const std::vector<std::vector<std::size_t>>& members) {
   std::vector<decode_job> jobs;
   for (std::size_t sh = 0; sh < readers.size(); ++sh) {
     const reader& r = *readers[sh];
-    std::vector<std::size_t> sorted = members[sh];
-    std::sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
-      return r.member(a).local_header_offset < r.member(b).local_header_offset;
+    std::vector<std::size_t> order;  // positions of stored items, in file order
+    for (std::size_t k = 0; k < members[sh].size(); ++k) {
+      if (!r.member(members[sh][k]).is_deflated()) order.push_back(k);
+    }
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return r.member(members[sh][a]).local_header_offset <
+             r.member(members[sh][b]).local_header_offset;
     });
-    for (std::size_t k = 0; k < sorted.size(); k += decode_part) {
-      const auto first = sorted.begin() + static_cast<std::ptrdiff_t>(k);
-      jobs.push_back(
-          {sh, std::vector<std::size_t>(first, first + static_cast<std::ptrdiff_t>(std::min(
-                                                           decode_part, sorted.size() - k)))});
+    for (std::size_t k = 0; k < order.size(); k += decode_part) {
+      decode_job job{sh, {}, {}, {}};
+      for (std::size_t j = k; j < std::min(order.size(), k + decode_part); ++j) {
+        job.positions.push_back(order[j]);
+        job.members.push_back(members[sh][order[j]]);
+      }
+      jobs.push_back(std::move(job));
     }
   }
   return jobs;
 }
 
+// Decodes the job's members into `out` (an archive's items by position), with no state kept in
+// the reader: a dataset of a million members keeps its items, not a million decoded headers.
+void run_decode_job(const reader& r, decode_job& job, std::vector<decoded_item>& out) {
+  std::vector<std::pair<std::size_t, std::size_t>> position_of;  // (member, position), sorted
+  for (std::size_t j = 0; j < job.members.size(); ++j) {
+    position_of.emplace_back(job.members[j], job.positions[j]);
+  }
+  std::sort(position_of.begin(), position_of.end());
+  r.visit_arrays(job.members, [&](std::size_t m, const array_view& v, std::exception_ptr failure) {
+    const auto at = std::lower_bound(position_of.begin(), position_of.end(),
+                                     std::pair<std::size_t, std::size_t>(m, 0));
+    decoded_item& d = out[at->second];
+    d.item.member = m;
+    if (!v) {
+      d.failure = std::move(failure);
+      return;
+    }
+    const std::vector<std::uint64_t>& shape = v.shape();
+    if (shape.empty()) {
+      d.zero_d = true;
+      return;
+    }
+    d.item.data = v.data();
+    d.item.offset = v.file_offset();
+    d.item.length = shape[0];
+    d.item.c_contiguous = is_c_contiguous(shape, v.strides(), v.type().itemsize());
+    d.item.layout = intern(job.layouts, v.type(), {shape.begin() + 1, shape.end()});
+  });
+}
+
+[[noreturn]] void fail_zero_d(const reader& r, const member_info& info) {
+  throw errors::invalid_argument(
+      r.path(), info.name, error::no_offset,
+      "is a 0-d array; dataset items need a first axis (choose members with select)");
+}
+
+// The archive's items in directory order, from what the decode jobs found for the stored ones
+// (`decoded`, by position; their layouts in `jobs`); the first error in that order is thrown.
 shard_items read_shard(const reader& r, std::uint32_t shard,
-                       const std::vector<std::size_t>& members) {
+                       const std::vector<std::size_t>& members,
+                       const std::vector<decoded_item>& decoded,
+                       const std::vector<const decode_job*>& job_of) {
   shard_items out;
-  for (std::size_t m : members) {
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const std::size_t m = members[k];
     const member_info& info = r.member(m);
     dataset_item it;
-    npy_header h;
     if (info.is_deflated()) {
       // Only the header is inflated now; gather inflates the data on first use.
-      h = r.array_header(m);
+      const npy_header h = r.array_header(m);
       if (h.type.has_object()) r.array(m);  // throws errc::object_array, as for stored ones
+      if (h.shape.empty()) fail_zero_d(r, info);
+      it.length = h.shape[0];
+      it.member = m;
+      it.c_contiguous = is_c_contiguous(
+          h.shape, byte_strides(h.shape, h.type.itemsize(), h.fortran_order), h.type.itemsize());
+      it.layout = intern(out.layouts, h.type, {h.shape.begin() + 1, h.shape.end()});
     } else {
-      const array_view v = r.array(m);
-      h.type = v.type();
-      h.shape = v.shape();
-      h.fortran_order = v.fortran_order();
-      it.data = v.data();
-      it.offset = v.file_offset();
+      const decoded_item& d = decoded[k];
+      if (d.failure) std::rethrow_exception(d.failure);
+      if (d.zero_d) fail_zero_d(r, info);
+      it = d.item;
+      const item_layout& l = job_of[k]->layouts[d.item.layout];
+      it.layout = intern(out.layouts, l.type, l.trailing);
     }
-    if (h.shape.empty()) {
-      throw errors::invalid_argument(
-          r.path(), info.name, error::no_offset,
-          "is a 0-d array; dataset items need a first axis (choose members with select)");
-    }
-    it.length = h.shape[0];
     it.shard = shard;
-    it.member = m;
-    it.c_contiguous = is_c_contiguous(
-        h.shape, byte_strides(h.shape, h.type.itemsize(), h.fortran_order), h.type.itemsize());
-    it.layout = intern(out.layouts, h.type, {h.shape.begin() + 1, h.shape.end()});
     out.items.push_back(it);
   }
   return out;
@@ -245,13 +300,25 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
     members[i] = item_members(*readers[i], options.select);
   });
   if (detail::after_archives_open) detail::after_archives_open();
-  // Every item's local and .npy headers, read on the pool in file order (errors are kept for
-  // read_shard, which meets them in directory order).
-  const std::vector<decode_job> jobs = decode_jobs(readers, members);
-  pool.run(jobs.size(), threads,
-           [&](std::size_t j) { readers[jobs[j].shard]->decode(jobs[j].members); });
+  // Every stored item's local and .npy headers, read on the pool in file order and kept as
+  // items only (errors are kept for read_shard, which meets them in directory order).
+  std::vector<decode_job> jobs = decode_jobs(readers, members);
+  std::vector<std::vector<decoded_item>> decoded(n);
+  std::vector<std::vector<const decode_job*>> job_of(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    decoded[i].resize(members[i].size());
+    job_of[i].resize(members[i].size());
+  }
+  for (const decode_job& job : jobs) {
+    for (std::size_t k : job.positions) job_of[job.shard][k] = &job;
+  }
+  pool.run(jobs.size(), threads, [&](std::size_t j) {
+    run_decode_job(*readers[jobs[j].shard], jobs[j], decoded[jobs[j].shard]);
+  });
   pool.run(n, threads, [&](std::size_t i) {
-    per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), members[i]);
+    per_shard[i] = read_shard(*readers[i], static_cast<std::uint32_t>(i), members[i], decoded[i],
+                              job_of[i]);
+    decoded[i] = {};
   });
   s->readers.reserve(n);
   s->fds.reserve(n);

@@ -265,6 +265,49 @@ TEST_SUITE("dataset") {
     }
   }
 
+  TEST_CASE("opening keeps items, not decoded headers: array(i) reads an item's headers again") {
+    // 700 items in three parts of headers, their layouts (3 or 4 columns, <f4 or <i2) differing
+    // within and between parts: each item keeps its own.
+    const std::string path = test::scratch("items_only.npz");
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+      for (std::size_t k = 0; k < 700; ++k) {
+        const std::uint64_t cols = k % 3 == 0 ? 4 : 3;
+        const std::uint64_t frames = 2 + k % 5;
+        if (k % 7 == 0) {
+          std::vector<std::int16_t> v(frames * cols, static_cast<std::int16_t>(k));
+          w.write("clip_" + std::to_string(k), v.data(), {frames, cols});
+        } else {
+          std::vector<float> v(frames * cols, static_cast<float>(k));
+          w.write("clip_" + std::to_string(k), v.data(), {frames, cols});
+        }
+      }
+    }
+    mmnpz::dataset d(path);
+    REQUIRE(d.size() == 700);
+    CHECK(d.layouts().size() == 4);
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      const std::size_t k = std::stoul(std::string(d.name(i)).substr(5));
+      CHECK(d.length(i) == 2 + k % 5);
+      CHECK(d.layout(i).trailing == std::vector<std::uint64_t>{k % 3 == 0 ? 4u : 3u});
+      CHECK(d.layout(i).type.str() == (k % 7 == 0 ? "<i2" : "<f4"));
+    }
+    // Nothing of item 500 was kept but its item: after a cut before it, its array() reads
+    // its headers again and says so, while gather-side figures stay known.
+    const std::size_t i500 = *d.find("clip_500");
+    const std::uint64_t lho = d.shard(0).member(d.member_of(i500)).local_header_offset;
+    const std::uint64_t data_offset = d.array(i500 - 1).file_offset();  // decoded now: before
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(lho)) == 0);
+    CHECK(d.length(i500) == 2 + 500 % 5);
+    CHECK(d.array(i500 - 1).file_offset() == data_offset);  // the reader's cache
+    CHECK_THROWS_WITH_AS(d.array(i500),
+                         (path + ": member 'clip_500.npy' at offset " + std::to_string(lho) +
+                          ": the archive was truncated after it was opened: the file now ends "
+                          "at byte " + std::to_string(lho))
+                             .c_str(),
+                         mmnpz::error);
+  }
+
   TEST_CASE("opening many shards from many threads gives the same items") {
     const std::string stem = test::scratch("many");
     for (std::size_t s = 0; s < 40; ++s) write_clips(shard_path(stem, s, 40), s * 25, 25);
