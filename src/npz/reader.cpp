@@ -227,10 +227,7 @@ class archive {
   }
 
   /// Decodes the members at `indices` that are stored and not decoded yet, in the order of
-  /// their local headers.
-  // Decodes stored members in file order; the first bytes of members within
-  // header_window_max of each other are read with one read (a page fault of the mapping
-  // used to bring 64 KiB of small members' headers at once; a read per member cost more).
+  /// their local headers (see in_file_order).
   void decode_many(std::vector<std::size_t> indices) const {
     for (std::size_t i : indices) member(i);
     std::vector<const member_info*> todo;
@@ -277,8 +274,11 @@ class archive {
   // less the member's bytes begins, and npy_guess bytes of those hold a usual .npy header (a
   // small member's read then copies its headers, not its neighbours').
   std::uint64_t first_bytes(const member_info& m) const {
+    return first_bytes(m, zip::limit_of(dir_, index_of(m)));
+  }
+  std::uint64_t first_bytes(const member_info& m, const zip::member_limit& end) const {
     const std::uint64_t start = m.local_header_offset;
-    const std::uint64_t limit = zip::limit_of(dir_, index_of(m)).offset;
+    const std::uint64_t limit = end.offset;
     std::uint64_t want = first_read;
     if (limit > start && limit - start > m.compressed_size) {
       const std::uint64_t headers = limit - start - m.compressed_size;
@@ -630,7 +630,9 @@ class archive {
     // only when it misses bytes that are needed.
     located at;
     const std::uint64_t fixed = std::min<std::uint64_t>(room, zip::local_header_size);
-    const std::uint64_t first = first_bytes(m);
+    const std::size_t index = index_of(m);  // m is an element of dir_.members
+    const zip::member_limit end = zip::limit_of(dir_, index);
+    const std::uint64_t first = first_bytes(m, end);
     if (window && window->covers(m.local_header_offset, first)) {
       const std::byte* p = window->bytes.data() + (m.local_header_offset - window->offset);
       at.buf.assign(p, p + first);
@@ -645,8 +647,7 @@ class archive {
     }
     byte_reader r(at.buf.data(), at.buf.size(), m.local_header_offset, ctx, errc::corrupt_zip);
     const zip::local_header h = zip::parse_local_header(r);
-    // `m` is an element of dir_.members.
-    zip::check_local_header(h, dir_, static_cast<std::size_t>(&m - dir_.members.data()), r);
+    zip::check_local_header(h, dir_, index, end, r);
     at.offset = h.data_offset;
     at.head_at = static_cast<std::size_t>(h.data_offset - m.local_header_offset);
     at.head_size =

@@ -550,6 +550,11 @@ member_limit limit_of(const directory& d, std::size_t index) {
 
 void check_local_header(const local_header& h, const directory& d, std::size_t index,
                         const byte_reader& r) {
+  check_local_header(h, d, index, limit_of(d, index), r);
+}
+
+void check_local_header(const local_header& h, const directory& d, std::size_t index,
+                        const member_limit& member_end, const byte_reader& r) {
   const member_info& m = d.members[index];
   std::string converted;
   const std::string_view local_name =
@@ -557,7 +562,7 @@ void check_local_header(const local_header& h, const directory& d, std::size_t i
   if (local_name != m.name) {
     r.fail_at(h.name_offset, "the local header names it '" + std::string(local_name) + "'");
   }
-  const auto [limit, next] = limit_of(d, index);
+  const auto [limit, next] = member_end;
   const bool last = next >= d.members.size();
   if (h.data_offset > limit || m.compressed_size > limit - h.data_offset) {
     r.fail("data [" + std::to_string(h.data_offset) + ", " +

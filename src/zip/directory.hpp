@@ -60,6 +60,9 @@ member_limit limit_of(const directory& d, std::size_t index);
 /// of their local headers only; a longer name or extra here can push the data further.
 void check_local_header(const local_header& h, const directory& d, std::size_t index,
                         const detail::byte_reader& r);
+/// check_local_header() with limit_of(d, index) computed already.
+void check_local_header(const local_header& h, const directory& d, std::size_t index,
+                        const member_limit& limit, const detail::byte_reader& r);
 
 /// Reads the end record (searched backwards past a comment), the zip64 locator and end record
 /// when present, and every central-directory entry with its zip64 extra. Checks every offset
