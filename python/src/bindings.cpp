@@ -423,20 +423,26 @@ field (what numpy compares with max_header_size).)")
           py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
       .def(
           "copy_array",
-          [](const py_reader& p, std::size_t i, const py::buffer& out) {
-            const py::buffer_info info = out.request(/*writable=*/true);
+          [](const py_reader& p, std::size_t i, const py::array& out) {
+            // A numpy array, not a buffer: datetime64 and timedelta64 arrays have no buffer
+            // protocol (numpy refuses to export 'M' and 'm').
             const mmnpz::array_view v = p.r.array(i);
             const auto head = static_cast<std::uint64_t>(v.data() - p.r.bytes(i).data);
-            if (static_cast<std::uint64_t>(info.size * info.itemsize) != v.nbytes()) {
+            if (!out.writeable() ||
+                !(out.flags() & (py::array::c_style | py::array::f_style))) {
+              throw py::value_error("copy_array: out must be a writable contiguous array");
+            }
+            if (static_cast<std::uint64_t>(out.nbytes()) != v.nbytes()) {
               throw py::value_error("copy_array: the buffer does not hold the array's " +
                                     std::to_string(v.nbytes()) + " bytes");
             }
+            auto* dst = static_cast<std::byte*>(const_cast<void*>(out.data()));
             py::gil_scoped_release nogil;
-            p.r.copy_bytes(i, static_cast<std::byte*>(info.ptr), head, v.nbytes());
+            p.r.copy_bytes(i, dst, head, v.nbytes());
           },
           py::arg("index"), py::arg("out"),
-          R"(Copies a stored array's data into the writable buffer `out` (of its size): a file
-cut since it was mapped raises FormatError, where a copy of its view would die of SIGBUS.)")
+          R"(Copies a stored array's data into `out`, a writable contiguous array of its size: a
+file cut since it was mapped raises FormatError, where a copy of its view would die of SIGBUS.)")
       .def(
           "verify",
           [](const py_reader& p) {
