@@ -198,11 +198,19 @@ struct py_reader {
     return base;
   }
 
-  // An array member's .npy header length after its magic, version and length field (what
-  // numpy compares with max_header_size).
+  // An array member's .npy header length after its magic, version and length field, as numpy
+  // compares it with max_header_size: in characters, a version 3.0 header being UTF-8 (its
+  // bytes bound its characters from above).
   std::uint64_t header_length(std::size_t i) const {
     const mmnpz::npy_header h = r.array_header(i);
-    return h.data_offset - (h.major_version == 1 ? 10 : 12);
+    const std::uint64_t prefix = h.major_version == 1 ? 10 : 12;
+    const std::uint64_t bytes = h.data_offset - prefix;
+    if (h.major_version != 3) return bytes;
+    std::vector<std::byte> text(static_cast<std::size_t>(bytes));
+    r.copy_bytes(i, text.data(), prefix, bytes);
+    return static_cast<std::uint64_t>(std::count_if(text.begin(), text.end(), [](std::byte b) {
+      return (static_cast<unsigned>(b) & 0xC0u) != 0x80u;  // not a continuation byte
+    }));
   }
 
   // Whether the stored array `v` of member i has a header longer than max_header. The bytes

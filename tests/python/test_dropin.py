@@ -171,6 +171,32 @@ def test_max_header_size_refuses_long_headers_as_numpy(tmp_path):
         mmnpz.load(path, max_header_size=10)["n"]
 
 
+@pytest.mark.filterwarnings("ignore:Stored array in format 3.0")
+def test_max_header_size_counts_a_version_3_headers_characters_as_numpy(tmp_path):
+    # Field names that are not latin-1 make numpy write a version 3.0 (UTF-8) header: 400
+    # names of 8 Cyrillic letters and 4 ASCII characters: 13,300 bytes, 10,100 characters.
+    path = tmp_path / "utf8.npz"
+    names = [f"\u0444\u0430\u0439\u043b\u0444\u0430\u0439\u043b_{i:03d}" for i in range(400)]
+    np.savez(path, a=np.zeros(2, [(name, "<i1") for name in names]))
+    with zipfile.ZipFile(path) as zf:
+        raw = zf.read("a.npy")
+    assert raw[6:8] == b"\x03\x00"
+    stored = int.from_bytes(raw[8:12], "little")
+    chars = len(raw[12:12 + stored].decode("utf-8"))
+    assert chars < stored
+    for limit in (chars, chars - 1, stored):
+        for mode in ("r", None, "c"):
+            try:
+                want = np.load(path, max_header_size=limit)["a"]
+            except ValueError as error:
+                with pytest.raises(ValueError) as got:
+                    mmnpz.load(path, mode, max_header_size=limit)["a"]
+                assert str(got.value) == str(error)
+                assert limit == chars - 1
+            else:
+                assert_same_array(mmnpz.load(path, mode, max_header_size=limit)["a"], want)
+
+
 def test_encoding_and_fix_imports_reach_pickles(tmp_path):
     path = tmp_path / "o.npz"
     np.savez(path, o=np.array([b"\xe9t\xe9"], dtype=object))
