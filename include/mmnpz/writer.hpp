@@ -52,7 +52,9 @@ struct writer_options {
 ///   followed and its target replaced). Readers that mapped the old archive keep reading it;
 ///   a writer that dies leaves the old archive as it was (and its temporary file, which the
 ///   next successful write of that path, or recover(), removes once its process is gone).
-///   A writer destroyed without close() closes, and so replaces.
+///   A replacement is all or nothing: discard(), or a writer destroyed by an exception that
+///   propagates, removes the new archive and leaves the old one as it was; a writer
+///   destroyed otherwise without close() closes, and so replaces.
 /// - Appending (open_mode::append) writes new members after the existing end record and
 ///   never modifies a byte of the existing archive, so readers that mapped it keep working.
 ///   Until close() writes the new directory, the file ends in members without an end
@@ -98,7 +100,8 @@ class writer {
   /// Closes this writer's archive (errors swallowed, as in the destructor), then takes the other's.
   writer& operator=(writer&&) noexcept;
   /// Closes the archive if close() was not called; errors are swallowed here, so call
-  /// close() to see them.
+  /// close() to see them. While an exception propagates (std::uncaught_exceptions() grew
+  /// since the writer was made), a replacing writer (open_mode::truncate) discards instead.
   ~writer();
 
   /// Writes a whole array of `dtype` and `shape` whose bytes are at `data` in C order (or
@@ -145,6 +148,11 @@ class writer {
   /// releases the lock. Idempotent; after a failure (errc::io, see above) the writer is
   /// closed.
   void close();
+  /// Closes the writer leaving its path as it was before it: a replaced archive stays as it
+  /// was (the new one is removed), a file the writer created is removed, an appended-to
+  /// archive is cut back to its size when opened, dropping every member this writer wrote.
+  /// Never throws; a no-op after close() or discard().
+  void discard();
 
   /// Members committed by this writer (not counting those it appended to).
   std::size_t members_written() const;

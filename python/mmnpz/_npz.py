@@ -656,6 +656,8 @@ class NpzWriter:
     Members are committed as ``write()`` returns; ``close()`` writes the directory. If the
     process dies before, :func:`recover` restores every committed member; a replaced archive
     (mode ``"w"``) is then left as it was, and readers of it keep their data in every case.
+    A replacement is all or nothing: an exception leaving a ``with`` block in mode ``"w"``
+    (and so one raised inside :func:`savez`) discards the new archive (see ``discard()``).
     One writer per file: a second one (in any process) raises ValueError. A writer may be
     shared by threads: its calls take turns.
     """
@@ -676,6 +678,7 @@ class NpzWriter:
                              f"default), not {compresslevel!r} (savez_compressed takes no "
                              "array named 'compresslevel')")
         self._level = compresslevel
+        self._mode = mode
         # Held by every call (a strided write and a begun stream span several core calls).
         self._lock = threading.RLock()
         self._writer = _mmnpz.Writer(_core.path(file), mode, align, allow_duplicate_names,
@@ -754,11 +757,24 @@ class NpzWriter:
                 writer, self._writer = self._writer, None
                 writer.close()
 
+    def discard(self):
+        """Closes the writer leaving its path as it was before it (idempotent): a replaced
+        archive (mode ``"w"``) stays as it was, a file the writer created is removed, an
+        appended-to archive is cut back to what it was, without this writer's members."""
+        with self._lock:
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                writer.discard()
+
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        # A replacement is all or nothing: an exception leaves the old archive (or no file).
+        if exc_type is not None and self._mode == "w":
+            self.discard()
+        else:
+            self.close()
 
 
 def _named_arrays(args, kwds):

@@ -552,6 +552,8 @@ void bind_writer(py::module_& m) {
           },
           py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false,
           py::keep_alive<0, 1>(), R"(Starts a member whose bytes arrive in pieces.)")
+      .def("discard", &mmnpz::writer::discard, py::call_guard<py::gil_scoped_release>(),
+           R"(Closes the writer leaving its path as it was before it (see writer::discard).)")
       .def(
           "close",
           [](mmnpz::writer& w) {

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -64,6 +65,8 @@ struct writer::impl {
   std::string temp;
   int lock_fd = -1;
   bool created = false;     // the file is new: close() syncs its directory when durable
+  std::uint64_t opened_size = 0;  // an appended-to file's size when opened (discard() cuts to it)
+  int unwinding = 0;  // std::uncaught_exceptions() when made: ~writer() discards above it
   std::uint64_t pos = 0;    // absolute offset where the next member goes
   std::uint64_t shift = 0;  // bytes before the archive that its offsets do not count
   std::string old_cd;       // the appended-to archive's directory entries, verbatim
@@ -359,6 +362,32 @@ struct writer::impl {
     lock_fd = -1;
   }
 
+  // Ends the writer leaving the path as it was before it: a replacement's temporary file is
+  // removed (the replaced archive was never touched), a file it created is removed (when the
+  // path still names it), an appended-to file is cut back to its size when opened (bytes no
+  // reader could see). Best effort: errors are ignored.
+  void discard() {
+    if (fd < 0) return;
+    abandon();
+    const int f = fd;
+    fd = -1;
+    if (!temp.empty()) {
+      ::unlink(temp.c_str());
+      temp.clear();
+    } else if (created) {
+      const std::string& made = target.empty() ? path : target;
+      struct stat mine {}, now {};
+      if (::fstat(f, &mine) == 0 && ::stat(made.c_str(), &now) == 0 &&
+          mine.st_dev == now.st_dev && mine.st_ino == now.st_ino) {
+        ::unlink(made.c_str());
+      }
+    } else if (opt.mode == open_mode::append) {
+      (void)!::ftruncate(f, static_cast<off_t>(opened_size));
+    }
+    ::close(f);
+    release_lock();
+  }
+
   // close() could not finish: says what the path holds now, which is either the archive it
   // replaced or every member committed before the failure.
   [[noreturn]] void fail_close(int f, int err) {
@@ -406,9 +435,18 @@ struct writer::impl {
       open_replace();
       return;
     }
-    int flags = O_RDWR | O_CLOEXEC | O_CREAT;
-    if (opt.mode == open_mode::create) flags |= O_EXCL;
-    fd = ::open(path.c_str(), flags, 0644);
+    bool made = opt.mode == open_mode::create;
+    for (int attempt = 0; opt.mode == open_mode::append; ++attempt) {
+      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd >= 0 || errno != ENOENT) break;
+      // Appending to no file creates it (and discard() removes it again).
+      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
+      made = fd >= 0;
+      if (fd >= 0 || errno != EEXIST || attempt == 3) break;  // else created meanwhile
+    }
+    if (opt.mode == open_mode::create) {
+      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
+    }
     if (fd < 0) throw errors::os(path, "create", errno);
     try {
       detail::lock_for_writing(fd, path);
@@ -418,7 +456,7 @@ struct writer::impl {
       fd = -1;
       throw;
     }
-    created = opt.mode == open_mode::create;
+    created = made;
   }
 
   // open_mode::truncate: a new file when there is none, else a temporary one next to it that
@@ -514,6 +552,7 @@ struct writer::impl {
     // member, and open the file as another archive.
     shift = d.members.empty() ? 0 : d.shift;
     // New members go after everything that is there: no byte a reader may have mapped changes.
+    opened_size = size;
     pos = size;
     file_end = size;
   }
@@ -534,6 +573,7 @@ writer::writer(const std::string& path, writer_options options) : p_(std::make_u
                                        std::to_string(options.comment->size()) +
                                        " bytes; a ZIP comment holds at most 65,535");
   }
+  p_->unwinding = std::uncaught_exceptions();
   p_->open_file();
 }
 
@@ -556,10 +596,20 @@ writer::~writer() {
   try {
     if (p_) {
       std::lock_guard<std::mutex> lock(p_->mu);
-      p_->close();
+      if (p_->opt.mode == open_mode::truncate && std::uncaught_exceptions() > p_->unwinding) {
+        p_->discard();  // a replacement is all or nothing
+      } else {
+        p_->close();
+      }
     }
   } catch (...) {
   }
+}
+
+void writer::discard() {
+  if (!p_) return;
+  std::lock_guard<std::mutex> lock(p_->mu);
+  p_->discard();
 }
 
 void writer::write(std::string_view name, const void* data, const dtype& type,

@@ -605,6 +605,57 @@ TEST_SUITE("writers never break readers") {
     CHECK(holds(mmnpz::reader(path)["a"], ramp(200000, 5)));
   }
 
+  TEST_CASE("an exception that destroys a replacing writer leaves the old archive byte for byte") {
+    const std::string path = test::scratch("replace_thrown.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    const std::string before = test::read_file(path);
+    const auto v = ramp(1000, 3);
+    CHECK_THROWS_AS(
+        [&] {
+          mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+          w.write("only", v.data(), {v.size()});
+          throw std::runtime_error("the caller failed half-way");
+        }(),
+        std::runtime_error);
+    CHECK(test::read_file(path) == before);
+    CHECK(scratch_entries(".replace_thrown.npz.").empty());  // no temporary file left
+    // Destroyed without close() and without an exception, it replaces, as documented.
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+      w.write("only", v.data(), {v.size()});
+    }
+    CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"only"});
+  }
+
+  TEST_CASE("discard() leaves the path as it was before the writer, in every mode") {
+    const auto v = ramp(1000, 4);
+    const std::string path = test::scratch("discarded.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    const std::string before = test::read_file(path);
+    for (const auto mode : {mmnpz::open_mode::truncate, mmnpz::open_mode::append}) {
+      mmnpz::writer w(path, {mode});
+      w.write("new", v.data(), {v.size()});
+      w.discard();
+      w.discard();  // idempotent
+      w.close();    // and close() after it does nothing
+      CHECK(test::read_file(path) == before);
+    }
+    CHECK(scratch_entries(".discarded.npz.").empty());
+    // discard() released the lock: another writer may open the file.
+    { mmnpz::writer(path, {mmnpz::open_mode::append}).write("kept", v.data(), {v.size()}); }
+    CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"a", "b", "kept"});
+    // A file the writer created is removed, whatever the mode that created it.
+    for (const auto mode :
+         {mmnpz::open_mode::create, mmnpz::open_mode::truncate, mmnpz::open_mode::append}) {
+      const std::string made = test::scratch("discarded_new.npz");
+      ::unlink(made.c_str());
+      mmnpz::writer w(made, {mode});
+      w.write("new", v.data(), {v.size()});
+      w.discard();
+      CHECK(::access(made.c_str(), F_OK) != 0);
+    }
+  }
+
   TEST_CASE("replacing keeps the file's permissions and replaces a symbolic link's target") {
     const std::string path = test::scratch("replace_mode.npz");
     write_ramps(path, mmnpz::open_mode::create, 0);

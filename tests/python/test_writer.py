@@ -298,6 +298,59 @@ def test_savez_replaces_an_existing_file_as_np_savez(tmp_path):
     assert np.load(path).files == ["new"]
 
 
+def test_savez_that_raises_half_way_leaves_the_old_archive_byte_for_byte(tmp_path):
+    path = tmp_path / "kept.npz"
+    np.savez(path, a=np.arange(3), b=np.ones(2), c=np.zeros(4))
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="object arrays cannot be written"):
+        mmnpz.savez(path, a=np.arange(5), b=np.array([1, None], dtype=object), c=np.ones(1))
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["kept.npz"]  # no temporary file either
+    fresh = tmp_path / "fresh.npz"
+    with pytest.raises(ValueError, match="object arrays cannot be written"):
+        mmnpz.savez(fresh, a=np.arange(5), b=np.array([1, None], dtype=object))
+    assert not fresh.exists()
+
+
+def test_an_exception_in_a_with_block_discards_a_replacement_and_keeps_an_append(tmp_path):
+    path = tmp_path / "w.npz"
+    np.savez(path, a=np.arange(3))
+    before = path.read_bytes()
+    with pytest.raises(KeyboardInterrupt):
+        with mmnpz.NpzWriter(path, "w") as w:
+            w.write("x", np.arange(10))
+            raise KeyboardInterrupt
+    assert path.read_bytes() == before
+    # Mode "a" keeps the members written before the exception, as a crash and recover would.
+    with pytest.raises(RuntimeError):
+        with mmnpz.NpzWriter(path, "a") as w:
+            w.write("y", np.arange(4))
+            raise RuntimeError("later")
+    with np.load(path) as f:
+        assert f.files == ["a", "y"]
+        assert np.array_equal(f["y"], np.arange(4))
+
+
+def test_discard_leaves_the_path_as_it_was_in_every_mode(tmp_path):
+    path = tmp_path / "d.npz"
+    np.savez(path, a=np.arange(3))
+    before = path.read_bytes()
+    for mode in ("w", "a"):
+        w = mmnpz.NpzWriter(path, mode)
+        w.write("x", np.arange(10))
+        w.discard()
+        w.discard()
+        w.close()
+        assert path.read_bytes() == before, mode
+    for mode in ("x", "w", "a"):
+        made = tmp_path / f"made_{mode}.npz"
+        w = mmnpz.NpzWriter(made, mode)
+        w.write("x", np.arange(10))
+        w.discard()
+        assert not made.exists(), mode
+    assert sorted(os.listdir(tmp_path)) == ["d.npz"]
+
+
 def test_savez_appends_npz_to_a_name_without_it_as_numpy(tmp_path):
     mmnpz.savez(tmp_path / "plain", a=[1])
     np.savez(tmp_path / "numpy", a=[1])
