@@ -436,13 +436,22 @@ recover_result recover(const std::string& path) {
   // The writer lock, held to the end: a writer still at work must not be cut short. A file
   // that cannot be written is only read (an intact archive needs nothing more).
   bool writable = true;
-  fd_closer locked{::open(path.c_str(), O_RDWR | O_CLOEXEC)};
-  if (locked.fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
-    writable = false;
-    locked.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_closer locked{-1};
+  for (int attempt = 0;; ++attempt) {
+    locked.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (locked.fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+      writable = false;
+      locked.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (locked.fd < 0) throw errors::os(path, "open", errno);
+    if (!writable) break;
+    detail::lock_for_writing(locked.fd, path);
+    if (detail::names_file(path, locked.fd)) break;
+    // A writer renamed a replacement over the file between open and lock: that one, then.
+    ::close(locked.fd);
+    locked.fd = -1;
+    if (attempt + 1 == detail::replaced_attempts) throw detail::replaced_while_opening(path);
   }
-  if (locked.fd < 0) throw errors::os(path, "open", errno);
-  if (writable) detail::lock_for_writing(locked.fd, path);
   detail::remove_stale_temps(path);
   // Read, not mapped: a file cut while recover reads it gives an error, not a SIGBUS. A file
   // without an end signature in its last 64 KiB (what a writer that died before close()

@@ -435,28 +435,37 @@ struct writer::impl {
       open_replace();
       return;
     }
-    bool made = opt.mode == open_mode::create;
-    for (int attempt = 0; opt.mode == open_mode::append; ++attempt) {
-      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-      if (fd >= 0 || errno != ENOENT) break;
-      // Appending to no file creates it (and discard() removes it again).
-      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
-      made = fd >= 0;
-      if (fd >= 0 || errno != EEXIST || attempt == 3) break;  // else created meanwhile
-    }
-    if (opt.mode == open_mode::create) {
-      fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
-    }
-    if (fd < 0) throw errors::os(path, "create", errno);
-    try {
-      detail::lock_for_writing(fd, path);
-      if (opt.mode == open_mode::append) open_append();
-    } catch (...) {
+    for (int attempt = 0;; ++attempt) {
+      bool made = opt.mode == open_mode::create;
+      for (int tries = 0; opt.mode == open_mode::append; ++tries) {
+        fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+        if (fd >= 0 || errno != ENOENT) break;
+        // Appending to no file creates it (and discard() removes it again).
+        fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
+        made = fd >= 0;
+        if (fd >= 0 || errno != EEXIST || tries == 3) break;  // else created meanwhile
+      }
+      if (opt.mode == open_mode::create) {
+        fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
+      }
+      if (fd < 0) throw errors::os(path, "create", errno);
+      try {
+        detail::lock_for_writing(fd, path);
+        if (detail::names_file(path, fd)) {
+          if (opt.mode == open_mode::append) open_append();
+          created = made;
+          return;
+        }
+      } catch (...) {
+        ::close(fd);
+        fd = -1;
+        throw;
+      }
+      // Replaced between open and lock: start again with the file the path names now.
       ::close(fd);
       fd = -1;
-      throw;
+      if (attempt + 1 == detail::replaced_attempts) throw detail::replaced_while_opening(path);
     }
-    created = made;
   }
 
   // open_mode::truncate: a new file when there is none, else a temporary one next to it that
@@ -498,6 +507,12 @@ struct writer::impl {
       } catch (...) {
         ::close(old);
         throw;
+      }
+      if (!detail::names_file(target, old)) {
+        // Another writer renamed its replacement over it before letting go: replace that.
+        ::close(old);
+        if (attempt + 1 >= detail::replaced_attempts) throw detail::replaced_while_opening(path);
+        continue;
       }
       lock_fd = old;
       break;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -34,9 +35,14 @@ inline bool lock_range(int fd, int cmd, off_t start, off_t len, struct flock& l)
   return ::fcntl(fd, cmd, &l) == 0;
 }
 
+/// Called by lock_for_writing() before it locks, when set: lets tests replace the file between
+/// a writer's open and its lock (see names_file). Set it while no writer is being opened.
+inline void (*before_lock_for_testing)(const std::string& path) = nullptr;
+
 /// Takes the writer lock on the open file `fd` (held until it is closed), or throws
 /// errc::invalid_argument naming the process that holds it, when the system tells.
 inline void lock_for_writing(int fd, const std::string& path) {
+  if (before_lock_for_testing) before_lock_for_testing(path);
 #ifdef F_OFD_SETLK
   const int set = F_OFD_SETLK;
   const int get = F_OFD_GETLK;
@@ -59,6 +65,26 @@ inline void lock_for_writing(int fd, const std::string& path) {
   throw errors::invalid_argument(path, "another writer" + who +
                                            " has the archive open; two writers would lose "
                                            "members, so wait until it is closed");
+}
+
+/// True when `path` (symbolic links followed) still names the open file `fd`. A writer that
+/// opened an archive just before another one renamed a replacement over it, and locked it
+/// just after that one let go, holds a file no reader will open again: what it wrote there
+/// would be lost.
+inline bool names_file(const std::string& path, int fd) {
+  struct stat held {}, now {};
+  return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 &&
+         held.st_dev == now.st_dev && held.st_ino == now.st_ino;
+}
+
+/// How many times opening for writing starts again when the path was replaced meanwhile.
+constexpr int replaced_attempts = 8;
+
+/// The error when the path was replaced each of those times.
+inline error replaced_while_opening(const std::string& path) {
+  return errors::invalid_argument(path, "the archive was replaced " +
+                                            std::to_string(replaced_attempts) +
+                                            " times while it was being opened; try again");
 }
 
 /// `path` up to and including its last '/' (empty when it has none), and its last component.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "mmnpz/mmnpz.hpp"
+#include "npz/writer_files.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -739,6 +740,39 @@ TEST_SUITE("writers never break readers") {
     CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
     for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
     CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"a", "b", "c", "d"});
+  }
+
+  TEST_CASE("a writer whose file is replaced between its open and its lock writes the new one") {
+    // As when another writer renames its replacement over the path and lets go just after this
+    // one opened the old file: appending there would lose the members (no reader opens it).
+    static std::string replacement;  // renamed over the path by the hook, once
+    const std::string path = test::scratch("replaced_before_lock.npz");
+    const std::string next = test::scratch("replaced_before_lock.next.npz");
+    const int one = 1;
+    mmnpz::detail::before_lock_for_testing = [](const std::string& at) {
+      if (!replacement.empty()) REQUIRE(::rename(replacement.c_str(), at.c_str()) == 0);
+      replacement.clear();
+    };
+    for (const auto mode : {mmnpz::open_mode::append, mmnpz::open_mode::truncate}) {
+      { mmnpz::writer(path, {mmnpz::open_mode::truncate}).write("old", &one, {}); }
+      { mmnpz::writer(next, {mmnpz::open_mode::truncate}).write("new", &one, {}); }
+      replacement = next;
+      {
+        mmnpz::writer w(path, {mode});
+        w.write("mine", &one, {});
+      }
+      CHECK(replacement.empty());
+      const auto names = mmnpz::reader(path).names();
+      CHECK(names == (mode == mmnpz::open_mode::append ? std::vector<std::string>{"new", "mine"}
+                                                       : std::vector<std::string>{"mine"}));
+    }
+    // recover() locks the file it then reads: the one the path names.
+    { mmnpz::writer(path, {mmnpz::open_mode::truncate}).write("old", &one, {}); }
+    { mmnpz::writer(next, {mmnpz::open_mode::truncate}).write("new", &one, {}); }
+    replacement = next;
+    CHECK(mmnpz::recover(path).names == std::vector<std::string>{"new.npy"});
+    CHECK(replacement.empty());
+    mmnpz::detail::before_lock_for_testing = nullptr;
   }
 
   TEST_CASE("one writer shared by threads commits every member, and close() waits for them") {
