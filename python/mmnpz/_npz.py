@@ -98,6 +98,7 @@ class _Source:
 
     def __init__(self, file, mmap_mode, recover=False):
         self.fd = None         # a descriptor to map for "c" and "r+", owned by the caller
+        self.lock_fd = None    # "r+": a descriptor holding the writers' lock (see _Edits)
         self.memory = None     # the archive's bytes when it was given in memory
         self.reopen = None     # what pickling carries (a path), or None when it cannot
         if _is_data(file):
@@ -129,18 +130,47 @@ class _Source:
                                  "was given in memory")
             return bytearray(self.memory)  # "c": a private copy
         access = mmap.ACCESS_WRITE if mmap_mode == "r+" else mmap.ACCESS_COPY
+        cloexec = getattr(os, "O_CLOEXEC", 0)
         if self.fd is not None:
             try:
-                return mmap.mmap(self.fd, 0, access=access)
+                mapping = mmap.mmap(self.fd, 0, access=access)
             except PermissionError as e:
                 raise PermissionError(e.errno, "'r+' needs the file object open for reading "
                                       "and writing ('r+b')", self.path) from None
+            if mmap_mode == "r+":
+                # The lock on a description of our own (the caller's may outlive the reader).
+                try:
+                    lock_fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDWR | cloexec)
+                except OSError:
+                    return mapping  # no /proc: edited without the lock
+                self._lock(lock_fd, self.path)
+            return mapping
         flags = os.O_RDWR if mmap_mode == "r+" else os.O_RDONLY
-        fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0))
+        if mmap_mode == "r+":
+            # Locked first, on a description of its own (the mapping's descriptor, which mmap
+            # duplicates, would hold the lock as long as any view), then mapped.
+            self._lock(os.open(self.path, flags | cloexec), self.path)
+        fd = os.open(self.path, flags | cloexec)
         try:
+            if self.lock_fd is not None:
+                held, mapped = os.fstat(self.lock_fd), os.fstat(fd)
+                if (held.st_dev, held.st_ino) != (mapped.st_dev, mapped.st_ino):
+                    raise ValueError(f"{self.path}: the archive was replaced while it was "
+                                     "being opened; open it again")
             return mmap.mmap(fd, 0, access=access)  # holds its own descriptor
         finally:
             os.close(fd)
+
+    def _lock(self, fd, path):
+        """Edits in place hold the writers' lock: a writer appending meanwhile would leave the
+        new CRC-32s in a directory its own supersedes, and one replacing the archive would
+        drop the edits. A writer already at work makes this raise ValueError."""
+        try:
+            _mmnpz.lock_for_writing(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.lock_fd = fd
 
 
 def _read_whole(fileobj):
@@ -175,8 +205,25 @@ def _update_crcs(state):
     buf, members, name = state["mapping"], state["members"], state["name"]
     if buf is None or not members or buf.closed:
         return
+    lock_fd = state["lock_fd"]
+    if lock_fd is not None and os.fstat(lock_fd).st_size > len(buf):
+        # Grown by another program (the lock stops mmnpz's writers): the directory mapped is
+        # no longer the archive's. (A file cut short is the core's to report.)
+        raise ValueError(f"{name}: the archive is {os.fstat(lock_fd).st_size} bytes now, "
+                         f"{len(buf)} when it was opened with 'r+': another program wrote "
+                         "to it, and the CRC-32s of the members edited were not updated")
     _mmnpz.update_member_crcs(buf, sorted(members), name)  # one reading of the directory
     buf.flush()
+
+
+def _finish_edits(state):
+    """The last flush of an 'r+' reader (close() or garbage collection); lets go of the lock."""
+    try:
+        _update_crcs(state)
+    finally:
+        if state["lock_fd"] is not None:
+            os.close(state["lock_fd"])
+            state["lock_fd"] = None
 
 
 class _BagObj:
@@ -264,8 +311,8 @@ class NpzReader(collections.abc.Mapping):
             self._writable = source.writable_mapping(mmap_mode)
             if mmap_mode == "r+":
                 self._crc_state = {"mapping": self._writable, "members": set(),
-                                   "name": self._path}
-                self._finalizer = weakref.finalize(self, _update_crcs, self._crc_state)
+                                   "name": self._path, "lock_fd": source.lock_fd}
+                self._finalizer = weakref.finalize(self, _finish_edits, self._crc_state)
         self._files = None  # numpy's `files`, made when first asked for
         self.allow_pickle = bool(allow_pickle)
         self._cache = bool(cache) and mmap_mode is not None

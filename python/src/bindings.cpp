@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "npz/writer_files.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "str_list.hpp"
 
@@ -626,6 +627,18 @@ void bind_tools(py::module_& m) {
       },
       py::arg("archive"), py::arg("indices"), py::arg("name"),
       R"(Writes stored members' new CRC-32s into their local headers and directory entries.)");
+  m.def(
+      "lock_for_writing",
+      [](int fd, const std::string& path) {
+        mmnpz::detail::lock_for_writing(fd, path);
+        if (!mmnpz::detail::names_file(path, fd)) {
+          throw mmnpz::errors::invalid_argument(
+              path, "the archive was replaced while it was being opened; open it again");
+        }
+      },
+      py::arg("fd"), py::arg("path"),
+      R"(Takes the writers' lock on the open file fd (held until its open file description is
+closed): writers and recover of it are then refused, and so is this when one holds it.)");
   // mmnpz::shard_writer (python/mmnpz/shards.py wraps it as mmnpz.ShardWriter).
   py::class_<mmnpz::shard_writer>(m, "ShardWriter", R"(Writes sharded aligned .npz archives.)")
       .def(py::init([](const std::string& path, std::optional<std::uint64_t> max_bytes,

@@ -281,6 +281,39 @@ def test_mmap_mode_r_plus_brings_the_crcs_of_many_edited_members_up_to_date(tmp_
     assert mmnpz.load(path).verify() == {}
 
 
+def test_mmap_mode_r_plus_holds_the_writers_lock_until_closed(npz):
+    # An append meanwhile would leave the edits' CRC-32s in a directory its own supersedes.
+    reader = mmnpz.load(npz, "r+")
+    reader["a"][1] = 42
+    for mode in ("a", "w"):
+        with pytest.raises(ValueError, match="another writer .* has the archive open"):
+            mmnpz.NpzWriter(npz, mode)
+    with pytest.raises(ValueError, match="another writer .* has the archive open"):
+        mmnpz.recover(npz)
+    reader.close()
+    with mmnpz.NpzWriter(npz, "a") as w:
+        w.write("later", np.arange(2))
+    assert (np.load(npz)["a"][1] == 42).all()  # numpy checks the CRC-32s through zipfile
+    assert zipfile.ZipFile(npz).testzip() is None
+    # And a writer at work keeps editors out.
+    with mmnpz.NpzWriter(npz, "a") as w:
+        with pytest.raises(ValueError, match="another writer .* has the archive open"):
+            mmnpz.load(npz, "r+")
+        with open(npz, "r+b") as f:
+            with pytest.raises(ValueError, match="another writer .* has the archive open"):
+                mmnpz.load(f, "r+")
+
+
+def test_mmap_mode_r_plus_refuses_to_update_crcs_of_an_archive_another_program_grew(npz):
+    reader = mmnpz.load(npz, "r+")
+    reader["a"][1] = 42
+    with zipfile.ZipFile(npz, "a") as zf:  # not mmnpz: no lock stops it
+        zf.writestr("extra.txt", b"x" * 100)
+    with pytest.raises(ValueError, match=r"bytes now, \d+ when it was opened with 'r\+': "
+                                         "another program wrote to it"):
+        reader.close()
+
+
 R_PLUS_AFTER_A_CUT = """
 import os, sys, numpy as np, mmnpz
 path = sys.argv[1]
