@@ -377,11 +377,19 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
     out = os.fsdecode(os.fspath(out))
     inputs = [os.fsdecode(os.fspath(i)) for i in inputs]
     report = report or _report
+    # The shards this run writes (ShardWriter refuses an `out` without .npz).
+    stem = os.path.realpath(out)[:-len(".npz")]
+    own = re.compile(re.escape(stem) + r"-[0-9]{5,}(-of-[0-9]{5,})?\.npz(\.partial)?")
+    for given in inputs:
+        # A shard of an earlier run named as an input would be overwritten before being read.
+        if out.endswith(".npz") and os.path.isfile(given) and own.fullmatch(
+                os.path.realpath(given)):
+            raise ValueError(f"{given} is one of the shards this run writes ({out}): it would "
+                             "be overwritten; pack into another name")
     if out.endswith(".npz") and os.path.dirname(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
     writer = ShardWriter(out, max_bytes=max_bytes, max_items=max_items, align=align)
-    stem = os.path.realpath(out)[:-len(".npz")]
-    own = re.compile(re.escape(stem) + r"-[0-9]{5,}(-of-[0-9]{5,})?\.npz(\.partial)?")
+    # Shards of this name found in a directory given are what this run replaces, not inputs.
     found = [i for i in find_inputs(inputs) if not own.fullmatch(os.path.realpath(i.path))]
 
     bar = Progress(len(found), sys.stderr.isatty() if progress is None else progress)

@@ -275,6 +275,20 @@ def test_the_runs_own_shards_in_an_input_folder_are_not_packed(tmp_path, capsys)
         assert status == 0 and out.startswith("packed 1 input (1 member,")
 
 
+def test_a_shard_of_the_output_named_as_an_input_is_refused_before_anything_is_written(
+        tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.arange(3))
+    assert run_pack([tmp_path / "o.npz", tmp_path / "a.npy"], capsys)[0] == 0
+    shard = tmp_path / "o-00000-of-00001.npz"
+    before = shard.read_bytes()
+    np.save(tmp_path / "b.npy", np.arange(4))
+    status, out, err = run_pack([tmp_path / "o.npz", shard, tmp_path / "b.npy"], capsys)
+    assert status == 2 and out == ""
+    assert err == (f"pack: {shard} is one of the shards this run writes ({tmp_path}/o.npz): it "
+                   "would be overwritten; pack into another name\n")
+    assert shard.read_bytes() == before
+
+
 def test_progress_only_when_asked_off_a_terminal(tmp_path, capsys):
     _wav_folder(tmp_path / "wavs", 3)
     status, out, err = run_pack([tmp_path / "a.npz", tmp_path / "wavs"], capsys)
