@@ -229,8 +229,11 @@ struct recover_result {
 /// Repairs an archive whose writer died before close(): scans the local headers from the
 /// start, keeps every member whose bytes are complete and whose CRC-32 matches, truncates the
 /// file after the last of them and writes a new central directory. A member is recovered only
-/// when it and every member before it are intact. An archive that already opens, with no
-/// interrupted append after it, is left as it is. Also removes the temporary files that
+/// when it and every member before it are intact. What it cuts must be what an interrupted
+/// write leaves (a record the end of the file cuts short, or zeros): bytes that are no ZIP
+/// record, a damaged member, and an intact member further on make it refuse (errc::corrupt_zip,
+/// nothing written). The new end record keeps the comment of an appended-to archive. An
+/// archive that already opens, with no interrupted append after it, is left as it is. Also removes the temporary files that
 /// writers replacing `path` left when their process died. The file is read with positional
 /// reads, not mapped, so a file cut meanwhile gives errc::corrupt_zip ("truncated after it was
 /// opened"), with nothing written. Throws errc::io for OS errors, errc::corrupt_zip when no

@@ -144,7 +144,7 @@ inflated inflate_stream(scan_source& src, std::uint64_t pos, std::uint64_t avail
 enum class stop {
   end_of_file,  // every byte was accounted for
   cut_off,      // a header or a member runs past the end of the file: an interrupted write
-  not_a_member, // bytes that are no ZIP record (an abandoned member's leftovers)
+  not_a_member, // bytes that are no ZIP record, or a record that does not parse
   bad_member,   // a complete member that cannot be checked or fails its check
 };
 
@@ -164,47 +164,72 @@ class scanner {
           const std::optional<stop> s = member(pos);
           if (s) return *s;
           kept_ = pos;
-        } else if (!skip_directory_record(pos)) {  // skips a directory left by an append
-          return stop::not_a_member;
+        } else {
+          // Skips a directory left by an append.
+          const std::optional<stop> s = skip_directory_record(pos);
+          if (s) return *s;
         }
       } catch (const error&) {
-        return stop::cut_off;  // a record cut off by the end of the file
+        // Every byte the record says it has is there (those cut off by the end of the file
+        // were told apart above), and they do not parse: damage or foreign bytes, not an
+        // interrupted write.
+        return stop::not_a_member;
       }
     }
     return stop::end_of_file;
   }
 
+  /// Whether the member at `pos` is complete and passes its check (its headers parse, its
+  /// sizes and CRC-32 match its bytes). Keeps nothing.
+  bool intact_member_at(std::uint64_t pos) {
+    scanner probe(ctx_.path, src_);
+    try {
+      return !probe.member(pos);
+    } catch (const error&) {
+      return false;
+    }
+  }
+
   std::uint64_t kept() const { return kept_; }
+  /// The comment of the last end record the scan passed over (an appended-to archive's).
+  const std::string& comment() const { return comment_; }
   const std::vector<zip::central_entry>& entries() const { return entries_; }
   const std::deque<std::string>& names() const { return names_; }
   const std::string& problem() const { return problem_; }
   std::uint64_t problem_offset() const { return problem_offset_; }
 
  private:
-  // The record that is not a member at `pos` (central entry, end records), passed over: false
-  // when it is none of them. Throws the cursor's errors when it is cut off.
-  bool skip_directory_record(std::uint64_t& pos) {
-    switch (zip::record_at(src_.bytes(pos, 4), 4)) {
+  // The record that is not a member at `pos` (central entry, end records), passed over (moving
+  // `pos` past it); otherwise why not: not_a_member when it is none of them, cut_off when the
+  // file ends inside it. Throws the cursor's errors when it does not parse.
+  std::optional<stop> skip_directory_record(std::uint64_t& pos) {
+    const zip::record_kind kind = zip::record_at(src_.bytes(pos, 4), 4);
+    switch (kind) {
       case zip::record_kind::central_entry:
       case zip::record_kind::end:
       case zip::record_kind::end64:
       case zip::record_kind::end64_locator: break;
-      default: return false;
+      default: return stop::not_a_member;
     }
     const std::uint64_t fixed = src_.avail(pos, zip::central_header_size);
     const std::uint64_t len = zip::directory_record_length(src_.bytes(pos, fixed), fixed);
-    if (len == 0) throw errors::truncated(ctx_.path, {}, pos, "directory record");
-    if (len > src_.size() - pos) throw errors::truncated(ctx_.path, {}, pos, "directory record");
+    if (len == 0 || len > src_.size() - pos) return stop::cut_off;
     // Checked whole, but for a zip64 end record's extensible data beyond the window.
     const std::uint64_t n = std::min(len, scan_source::window);
     byte_reader r(src_.bytes(pos, n), n, pos, ctx_, errc::corrupt_zip);
     if (n == len) {
-      if (!zip::skip_directory_record(r)) return false;
+      if (kind == zip::record_kind::end) {
+        // Its comment goes into the new end record.
+        byte_reader e(src_.bytes(pos, n), n, pos, ctx_, errc::corrupt_zip);
+        const zip::end_record end = zip::parse_end_record(e);
+        if (end.comment.size() == end.comment_len) comment_.assign(end.comment);
+      }
+      if (!zip::skip_directory_record(r)) return stop::not_a_member;
     } else {
       r.take(zip::end64_size, "zip64 end of central directory record");
     }
     pos += len;
-    return true;
+    return std::nullopt;
   }
 
   // Reads the member at `pos` and keeps it when intact (moving `pos` past it); otherwise says
@@ -354,6 +379,7 @@ class scanner {
   std::deque<std::string> names_;
   std::string problem_;
   std::uint64_t problem_offset_ = error::no_offset;
+  std::string comment_;
 };
 
 }  // namespace
@@ -376,6 +402,41 @@ struct rebuilt {
   std::vector<std::string> names;
 };
 
+// Refuses (throws, nothing changed) to cut the bytes after the last intact member unless
+// they are what an interrupted write leaves: a record the end of the file cuts short, or
+// zeros. Bytes that are no record (another file's, as in a tar; damage), and a member
+// that is intact further on (after a header that only looked like one, or a member the scan
+// could not find the end of), are kept by refusing.
+void check_cut(scan_source& src, const std::string& path, scanner& scan, stop why) {
+  const std::uint64_t kept = scan.kept(), size = src.size();
+  if (why == stop::not_a_member) {
+    for (std::uint64_t at = kept; at < size; at += piece) {
+      const std::uint64_t n = src.avail(at, piece);
+      const std::byte* p = src.bytes(at, n);
+      for (std::uint64_t k = 0; k < n; ++k) {
+        if (p[k] == std::byte{0}) continue;
+        throw errors::corrupt_zip(
+            path, {}, at + k,
+            "the " + std::to_string(size - kept) + " bytes from offset " +
+                std::to_string(kept) +
+                " are no member that an interrupted write left; recover cuts only those (or "
+                "zeros), so nothing was changed");
+      }
+    }
+    return;
+  }
+  for (std::uint64_t at = find_local_header(src, kept + 1); at < size;
+       at = find_local_header(src, at + 1)) {
+    if (scan.intact_member_at(at)) {
+      throw errors::corrupt_zip(
+          path, {}, at,
+          "an intact member starts here, after the last member recover can chain to (ending "
+          "at offset " + std::to_string(kept) +
+              "): cutting there would lose it, so nothing was changed");
+    }
+  }
+}
+
 rebuilt rebuild_directory(scan_source& src, const std::string& path) {
   try {
     const std::uint64_t first = find_local_header(src, 0);
@@ -383,11 +444,13 @@ rebuilt rebuild_directory(scan_source& src, const std::string& path) {
       throw errors::corrupt_zip(path, {}, 0, "no local header found: nothing to recover");
     }
     scanner scan(path, src);
-    if (scan.run(first) == stop::bad_member) {
+    const stop why = scan.run(first);
+    if (why == stop::bad_member) {
       throw errors::corrupt_zip(path, {}, scan.problem_offset(),
                                 scan.problem() +
                                     "; members after it would be lost, so nothing was changed");
     }
+    check_cut(src, path, scan, why);
     rebuilt r;
     r.kept = scan.kept();
     for (const auto& e : scan.entries()) {  // offsets are absolute: leading bytes count
@@ -395,7 +458,7 @@ rebuilt rebuild_directory(scan_source& src, const std::string& path) {
       r.names.emplace_back(e.name);
     }
     const std::uint64_t cd_size = r.directory.size();
-    zip::emit_end_records(r.directory, scan.entries().size(), cd_size, r.kept);
+    zip::emit_end_records(r.directory, scan.entries().size(), cd_size, r.kept, scan.comment());
     return r;
   } catch (const file_cut& cut) {
     throw cut.e;

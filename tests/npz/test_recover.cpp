@@ -355,6 +355,87 @@ TEST_SUITE("recover") {
     CHECK(test::read_file(path) == bytes);
   }
 
+  TEST_CASE("refuses to cut bytes after the last member that no interrupted write leaves") {
+    // As an archive inside a tar, followed by the tar's next file: only a record cut short by
+    // the end of the file, or zeros, may be cut.
+    const std::string path = test::scratch("foreign_tail.npz");
+    std::string members;
+    {
+      mmnpz::writer w(path);
+      const double x[] = {1.5, 2.5, 3.5};
+      w.write("a", x, {3});
+      w.write("b", x, {3});
+    }
+    members = test::read_file(path);
+    members.resize(members.find("PK\x01\x02"));  // no directory: a writer that died
+    for (const std::string& tail : {std::string("notes.txt\0\0\0 a tar header and a file"),
+                                    std::string(100, '\0') + "x"}) {
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << members + tail;
+      CHECK_THROWS_WITH_AS(
+          mmnpz::recover(path),
+          (path + " at offset " + std::to_string(members.size() + tail.find_first_not_of('\0')) +
+           ": the " + std::to_string(tail.size()) + " bytes from offset " +
+           std::to_string(members.size()) +
+           " are no member that an interrupted write left; recover cuts only those (or zeros), "
+           "so nothing was changed")
+              .c_str(),
+          mmnpz::error);
+      CHECK(test::read_file(path) == members + tail);
+    }
+    // Zeros alone are cut (a file system that extended the file before its data arrived).
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << members + std::string(4096, '\0');
+    CHECK(mmnpz::recover(path).names == std::vector<std::string>{"a.npy", "b.npy"});
+  }
+
+  TEST_CASE("refuses to cut away intact members that follow a header it cannot chain from") {
+    // Bytes before the archive that hold a local header signature, with lengths running past
+    // the end of the file: what follows them is not an interrupted write.
+    const std::string path = test::scratch("fake_header.npz");
+    {
+      mmnpz::writer w(path);
+      const double x[] = {1.5, 2.5, 3.5};
+      w.write("a", x, {3});
+    }
+    std::string members = test::read_file(path);
+    members.resize(members.find("PK\x01\x02"));
+    std::string prefix = "PK\x03\x04";
+    prefix += std::string(22, '\xff') + std::string(4, '\x7f') + std::string(30, 'p');
+    const std::string bytes = prefix + members;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    CHECK_THROWS_WITH_AS(
+        mmnpz::recover(path),
+        (path + " at offset " + std::to_string(prefix.size()) +
+         ": an intact member starts here, after the last member recover can chain to (ending at "
+         "offset 0): cutting there would lose it, so nothing was changed")
+            .c_str(),
+        mmnpz::error);
+    CHECK(test::read_file(path) == bytes);
+  }
+
+  TEST_CASE("keeps the comment of the archive an interrupted append was made to") {
+    const std::string path = test::scratch("comment_kept.npz");
+    const double x[] = {1.5, 2.5};
+    {
+      mmnpz::writer_options o;
+      o.comment = "dataset v3";
+      mmnpz::writer w(path, o);
+      w.write("a", x, {2});
+    }
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::append});
+      w.write("b", x, {2});
+      w.close();
+    }
+    std::string bytes = test::read_file(path);
+    bytes.resize(bytes.rfind("PK\x01\x02"));  // the append's directory never written
+    bytes.resize(bytes.rfind("PK\x01\x02") + 1);  // nor its end, and its last entry cut
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    mmnpz::recover(path);
+    const mmnpz::reader r(path);
+    CHECK(r.names() == std::vector<std::string>{"a", "b"});
+    CHECK(r.comment() == "dataset v3");
+  }
+
   TEST_CASE("refuses a file with no member to recover") {
     const std::string path = test::scratch("nothing.npz");
     std::ofstream(path) << "no zip here";
