@@ -60,7 +60,8 @@ struct writer_options {
 ///   Until close() writes the new directory, the file ends in members without an end
 ///   record: readers open it as it was before the append (reader::was_interrupted()), and
 ///   so they do after a crash; recover() then restores the new members too. Appending to a
-///   file whose last append was interrupted is refused until recover() ran.
+///   file whose last append was interrupted is refused until recover() ran, and so is
+///   appending to an archive followed by bytes that are not part of it (errc::unsupported).
 /// - Creating (open_mode::create, or truncate on a missing path) writes the file in place:
 ///   after a crash, recover() restores every committed member.
 ///

@@ -551,6 +551,20 @@ struct writer::impl {
                                     " bytes after the archive; run `mmnpz recover " + path +
                                     "` first, or its members would be lost");
     }
+    if (d.archive_end < size) {
+      // New members after those bytes, if never given a directory, would look like more of
+      // them: readers would not see an interrupted append, and the next append would orphan
+      // its members.
+      const std::uint64_t n = size - d.archive_end;
+      throw errors::unsupported(
+          path, {}, d.archive_end,
+          std::to_string(n) +
+              (n == 1 ? " byte that is not part of the archive follows"
+                      : " bytes that are not part of the archive follow") +
+              " its end record; appending after them could lose the new members if "
+              "interrupted: remove them first (truncate the file to " +
+              std::to_string(d.archive_end) + " bytes)");
+    }
     old_cd.resize(static_cast<std::size_t>(d.cd_size));
     if (d.cd_offset >= tail_offset) {
       std::memcpy(old_cd.data(), held + (d.cd_offset - tail_offset), old_cd.size());

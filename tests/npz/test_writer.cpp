@@ -194,6 +194,26 @@ TEST_SUITE("writer") {
     check_readers_agree(path);
   }
 
+  TEST_CASE("refuses to append after bytes that follow the end record, changing nothing") {
+    // Members after them, if the append is interrupted, would look like more of those bytes:
+    // no reader would see the interruption, and the next append would orphan them.
+    const std::string path = test::scratch("trailing_bytes.npz");
+    const int one = 1;
+    { mmnpz::writer(path).write("a", &one, {}); }
+    const std::uint64_t archive_end = test::read_file(path).size();
+    { std::ofstream(path, std::ios::binary | std::ios::app) << "\n"; }
+    const std::string before = test::read_file(path);
+    CHECK_THROWS_WITH_AS(
+        mmnpz::writer(path, {mmnpz::open_mode::append}),
+        (path + " at offset " + std::to_string(archive_end) +
+         ": 1 byte that is not part of the archive follows its end record; appending after "
+         "them could lose the new members if interrupted: remove them first (truncate the file "
+         "to " + std::to_string(archive_end) + " bytes)")
+            .c_str(),
+        mmnpz::error);
+    CHECK(test::read_file(path) == before);
+  }
+
   TEST_CASE("appends to an archive numpy wrote and to a missing file") {
     const std::string path = test::scratch("numpy_then_append.npz");
     int status = -1;
