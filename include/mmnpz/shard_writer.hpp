@@ -44,7 +44,9 @@ void validate(const shard_writer_options& options, const std::string& path);
 /// one begins. close() closes the last shard and renames every shard to its final name; when
 /// the process dies before, the .partial files hold every committed item and mmnpz::recover()
 /// rebuilds the last one's directory. Existing files of the same names are replaced; shards of
-/// an earlier run with another count are left as they are.
+/// an earlier run with another count are left as they are. One shard writer per path at a
+/// time: from opening to close() it holds a lock (the file ".train.npz.mmnpz-shards.lock" next
+/// to the shards, removed by close()), and a second one is refused (errc::invalid_argument).
 ///
 /// A new shard begins when adding an item would pass max_bytes or max_items; an item that
 /// alone passes max_bytes gets a shard of its own. Names are those of writer (".npy" is

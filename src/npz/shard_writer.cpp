@@ -1,5 +1,8 @@
 #include "mmnpz/shard_writer.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <limits>
@@ -10,6 +13,7 @@
 #include "detail/errors.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/writer.hpp"
+#include "npz/writer_files.hpp"
 #include "zip/format.hpp"
 #include "zip/records.hpp"
 
@@ -80,6 +84,44 @@ struct shard_writer::impl {
   std::unordered_set<std::string> names;  // full names written, across shards
   std::vector<std::string> final_paths;
   bool closed = false;
+  // The run's lock: a hidden file ".NAME.mmnpz-shards.lock" next to the shards, locked as a
+  // writer locks an archive, from opening to close(). Each shard's writer locks only its own
+  // .partial, and a second run of one job would replace the shards the first had closed.
+  std::string lock_path;
+  int lock_fd = -1;
+
+  void lock_run() {
+    std::string dir, name;
+    detail::split_path(path, dir, name);
+    lock_path = dir + "." + name + ".mmnpz-shards.lock";
+    for (int attempt = 0;; ++attempt) {
+      lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (lock_fd < 0) throw errors::os(lock_path, "create", errno);
+      try {
+        detail::lock_for_writing(lock_fd, lock_path);
+      } catch (const error& e) {
+        ::close(lock_fd);
+        lock_fd = -1;
+        if (e.code() != errc::invalid_argument) throw;
+        throw errors::invalid_argument(path, "another shard writer is writing these shards; "
+                                             "two would lose items, so wait until it is closed");
+      }
+      if (detail::names_file(lock_path, lock_fd)) return;
+      // The run before removed it as this one locked it: lock the one the path names now.
+      ::close(lock_fd);
+      lock_fd = -1;
+      if (attempt + 1 == detail::replaced_attempts) {
+        throw detail::replaced_while_opening(lock_path);
+      }
+    }
+  }
+
+  void unlock_run() {
+    if (lock_fd < 0) return;
+    ::unlink(lock_path.c_str());  // before letting go: a run waiting for it then starts again
+    ::close(lock_fd);
+    lock_fd = -1;
+  }
 
   void check_open() const {
     if (closed) {
@@ -141,6 +183,10 @@ struct shard_writer::impl {
   void close() {
     if (closed) return;
     closed = true;
+    struct unlocker {
+      impl* self;
+      ~unlocker() { self->unlock_run(); }
+    } unlock_at_end{this};
     if (current) {
       writer last = std::move(*current);
       current.reset();
@@ -182,7 +228,13 @@ shard_writer::shard_writer(const std::string& path, shard_writer_options options
   }
   validate(options, path);
   p_->stem = path.substr(0, path.size() - n);
-  p_->begin_shard();
+  p_->lock_run();
+  try {
+    p_->begin_shard();
+  } catch (...) {
+    p_->unlock_run();
+    throw;
+  }
 }
 
 shard_writer::shard_writer(shard_writer&&) noexcept = default;

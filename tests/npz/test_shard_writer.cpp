@@ -315,6 +315,29 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
     }
   }
 
+  TEST_CASE("a second shard writer of one path is refused until the first is closed") {
+    // Each shard's writer locks only its own .partial: a second run of one job would replace
+    // the shards the first had closed already.
+    const std::string dir = scratch_dir("shards_twice");
+    const auto a = item(1);
+    mmnpz::shard_writer first(dir + "/t.npz", {std::nullopt, 1});
+    first.write("a0", a.data(), {2});
+    first.write("a1", a.data(), {2});  // shard 0 is closed, shard 1 open
+    CHECK_THROWS_WITH_AS(mmnpz::shard_writer(dir + "/t.npz"),
+                         (dir + "/t.npz: another shard writer is writing these shards; two would "
+                                "lose items, so wait until it is closed")
+                             .c_str(),
+                         mmnpz::error);
+    first.close();
+    CHECK(files(dir) == std::vector<std::string>{dir + "/t-00000-of-00002.npz",
+                                                  dir + "/t-00001-of-00002.npz"});
+    CHECK(::access((dir + "/.t.npz.mmnpz-shards.lock").c_str(), F_OK) != 0);  // removed
+    mmnpz::shard_writer again(dir + "/t.npz");
+    again.write("b", a.data(), {2});
+    again.close();
+    CHECK(mmnpz::reader(dir + "/t-00000-of-00001.npz").names() == std::vector<std::string>{"b"});
+  }
+
   TEST_CASE("replaces the shards and .partial files of an earlier run of the same count") {
     const std::string dir = scratch_dir("shards_again");
     test::run("echo stale > '" + dir + "/t-00000.npz.partial'");
