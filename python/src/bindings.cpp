@@ -51,32 +51,43 @@ py::object& format_error_type() {
   return *type;
 }
 
+// Text of an error as a str whatever its bytes: a path as os.fsdecode gives it (undecodable
+// bytes as surrogates), a message with any byte that is not UTF-8 escaped. A UnicodeDecodeError
+// here would replace the error being raised.
+py::str text_of(const std::string& bytes, const char* errors) {
+  PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), errors);
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+py::str message_of(const mmnpz::error& e) { return text_of(e.what(), "backslashreplace"); }
+py::str path_of(const std::string& path) { return text_of(path, "surrogateescape"); }
+
 // mmnpz::error -> OSError (with errno), KeyError, TypeError, ValueError or FormatError.
 void raise(const mmnpz::error& e) {
   using mmnpz::errc;
   switch (e.code()) {
     case errc::io: {
       py::object err = py::reinterpret_borrow<py::object>(PyExc_OSError)(
-          e.sys_errno(), std::strerror(e.sys_errno()), e.path());
+          e.sys_errno(), std::strerror(e.sys_errno()), path_of(e.path()));
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
       return;
     }
     case errc::not_found:
-      PyErr_SetObject(PyExc_KeyError, py::str(e.what()).ptr());
+      PyErr_SetObject(PyExc_KeyError, message_of(e).ptr());
       return;
     case errc::type_mismatch:
-      PyErr_SetString(PyExc_TypeError, e.what());
+      PyErr_SetObject(PyExc_TypeError, message_of(e).ptr());
       return;
     case errc::invalid_argument:
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetObject(PyExc_ValueError, message_of(e).ptr());
       return;
     case errc::out_of_range:
-      PyErr_SetString(PyExc_IndexError, e.what());
+      PyErr_SetObject(PyExc_IndexError, message_of(e).ptr());
       return;
     default: {
-      py::object err = format_error_type()(e.what());
-      err.attr("path") = e.path();
-      err.attr("member") = e.member();
+      py::object err = format_error_type()(message_of(e));
+      err.attr("path") = path_of(e.path());
+      err.attr("member") = text_of(e.member(), "backslashreplace");
       err.attr("offset") = e.offset() == mmnpz::error::no_offset ? py::object(py::none())
                                                                  : py::object(py::int_(e.offset()));
       err.attr("code") = static_cast<int>(e.code());

@@ -42,6 +42,14 @@ class literal_parser {
   }
 
   [[noreturn]] void fail(const std::string& why) const { fail_at(i_, why); }
+  /// Byte `c` as a message shows it: itself when printable ASCII, else escaped ("\\x84"), so
+  /// that messages stay UTF-8 (a stray byte would make Python's str of them fail).
+  static std::string shown(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) return std::string(1, c);
+    static const char digits[] = "0123456789abcdef";
+    return std::string("\\x") + digits[u >> 4] + digits[u & 15];
+  }
   [[noreturn]] void fail_at(std::size_t pos, const std::string& why) const {
     ctx_.fail(errc::corrupt_npy, base_ + pos, "bad .npy header: " + why);
   }
@@ -117,7 +125,7 @@ class literal_parser {
     } else if (word("None")) {
       v.kind = py_value::none;
     } else {
-      fail(std::string("unexpected character '") + c + "'");
+      fail("unexpected character '" + shown(c) + "'");
     }
     return v;
   }
@@ -174,7 +182,7 @@ class literal_parser {
           append_utf8(out, hex_digits(8));
           break;
         default:
-          fail(std::string("unsupported escape '\\") + e + "'");
+          fail("unsupported escape '\\" + shown(e) + "'");
       }
     }
   }

@@ -94,6 +94,22 @@ def test_a_damaged_npy_header_raises_format_error_naming_member_and_offset(npz):
     assert set(reader.verify()) == {"b.npy"}
 
 
+def test_a_header_byte_that_is_not_utf8_is_escaped_in_a_format_error(npz):
+    # The message quoted the raw byte: turning it into a str raised UnicodeDecodeError instead.
+    raw = bytearray(npz.read_bytes())
+    start = npy_start(raw, "b.npy")
+    brace = raw.index(b"{", start)
+    raw[brace] = 0x84
+    npz.write_bytes(raw)
+    reader = mmnpz.load(npz)
+    for use in (lambda: reader["b"], lambda: reader.info("b"), lambda: mmnpz.Dataset(npz)):
+        with pytest.raises(FormatError) as e:
+            use()
+        assert e.value.member == "b.npy" and e.value.offset == brace
+        assert str(e.value) == (f"{npz}: member 'b.npy' at offset {brace}: bad .npy header: "
+                                "unexpected character '\\x84'")
+
+
 def test_a_member_running_past_its_room_raises_format_error(npz):
     raw = bytearray(npz.read_bytes())
     entry = raw.index(b"PK\x01\x02")  # central directory entry of a.npy
