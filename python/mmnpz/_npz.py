@@ -582,6 +582,12 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
     try:
         return NpzReader(path, mmap_mode, **npz)  # an archive: opened without a look first
     except _mmnpz.FormatError:
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            regular = False
+        if not regular:
+            raise  # a pipe opened again would wait for a writer that is gone
         with open(path, "rb") as f:
             magic = f.read(len(_NPY_MAGIC))
             f.seek(0)

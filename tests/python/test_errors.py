@@ -1,7 +1,10 @@
 """Errors: OSError subclasses for the OS, KeyError for a missing member, mmnpz.FormatError (a
 ValueError with .path, .member and .offset) for a corrupt file; verify() and info()."""
 
+import os
 import struct
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -108,6 +111,28 @@ def test_a_header_byte_that_is_not_utf8_is_escaped_in_a_format_error(npz):
         assert e.value.member == "b.npy" and e.value.offset == brace
         assert str(e.value) == (f"{npz}: member 'b.npy' at offset {brace}: bad .npy header: "
                                 "unexpected character '\\x84'")
+
+
+def test_a_named_pipe_raises_format_error_instead_of_waiting_for_a_second_writer(npz, tmp_path):
+    # The fallback that looks at the magic opened the path again: a pipe's one writer was gone.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code = ("import sys, mmnpz\ntry:\n    mmnpz.load(sys.argv[1])\n"
+            "except mmnpz.FormatError as e:\n    print('FormatError')\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE,
+                             text=True, env=dict(os.environ))
+    with open(fifo, "wb") as f:
+        try:
+            f.write(npz.read_bytes())
+        except BrokenPipeError:
+            pass
+    try:
+        out, _ = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        pytest.fail("mmnpz.load of a named pipe was still waiting after 60 s")
+    assert out == "FormatError\n"
 
 
 def test_a_member_running_past_its_room_raises_format_error(npz):
