@@ -92,7 +92,9 @@ def test_shards_are_partial_while_written_and_renamed_when_an_exception_leaves_t
         with mmnpz.ShardWriter(tmp_path / "p.npz", max_items=1) as w:
             w.write("a", np.arange(3))
             w.write("b", np.arange(4))
-            assert sorted(os.listdir(tmp_path)) == ["p-00000.npz.partial", "p-00001.npz.partial"]
+            # and the run's lock, which keeps a second shard writer of the path out
+            assert sorted(os.listdir(tmp_path)) == [".p.npz.mmnpz-shards.lock",
+                                                    "p-00000.npz.partial", "p-00001.npz.partial"]
             assert glob.glob(str(tmp_path / "p-*-of-*.npz")) == []
             raise RuntimeError("stop")
     assert sorted(os.listdir(tmp_path)) == ["p-00000-of-00002.npz", "p-00001-of-00002.npz"]
