@@ -20,6 +20,7 @@
 #include "detail/sparse_slots.hpp"
 #include "mmnpz/npy.hpp"
 #include "npz/directory_reads.hpp"
+#include "npz/layout_table.hpp"
 #include "npz/view_state.hpp"
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
@@ -191,14 +192,17 @@ struct located {
 };
 
 // What first access to a member found, cached for every later access.
+// Kept small (144 bytes): a member's first access in a fresh process allocates it, and new
+// memory costs a page fault per 4 KiB (2 to 19 us on some virtual machines); the array's
+// dtype and shape are the archive's, shared (layout_table).
 struct decoded {
   std::exception_ptr contents_error;  // local header, method, inflation
+  std::exception_ptr array_error;     // .npy header, object arrays
   std::uint64_t contents_size = 0;
   std::uint64_t contents_offset = 0;  // absolute offset of the member's bytes in the file
-  bool mapped = true;  // stored: the contents are in the file (mapped when first needed)
   std::shared_ptr<std::vector<std::byte>> inflated;
+  bool mapped = true;  // stored: the contents are in the file (mapped when first needed)
   bool is_array = false;
-  std::exception_ptr array_error;  // .npy header, object arrays
   array_view::state view;
 };
 
@@ -761,31 +765,42 @@ class archive {
   }
 
   // The view of an array member, from its first `available` bytes at `head` (enough to hold
-  // the .npy header).
+  // the .npy header). A header whose bytes were seen before is not parsed again: its layout
+  // is the archive's, and only whether this member holds the data is checked (the parser
+  // says what is wrong when it does not).
   void make_view(const member_info& m, decoded& d, const std::byte* head,
                  std::uint64_t available) const {
-    const std::string_view name = m.name;
-    npy_header h = header_of(m, head, available, d.mapped, d.contents_offset);
-    if (h.type.has_object()) {
-      throw errors::object_array(path_, name, error::no_offset,
+    const auto key = [head](std::uint64_t header_size) {
+      return std::string_view(reinterpret_cast<const char*>(head) + npy_magic_len,
+                              static_cast<std::size_t>(header_size - npy_magic_len));
+    };
+    std::uint64_t data_offset = npy_header_size(head, available);
+    const detail::array_layout* layout =
+        data_offset != 0 && data_offset <= available ? layouts_.find(key(data_offset)) : nullptr;
+    if (layout && !layout->type.has_object() &&
+        layout->nbytes > d.contents_size - data_offset) {
+      layout = nullptr;
+    }
+    if (!layout) {
+      npy_header h = header_of(m, head, available, d.mapped, d.contents_offset);
+      data_offset = h.data_offset;  // the header was at hand: the parser checked
+      layout = layouts_.add(key(data_offset), std::move(h));
+    }
+    if (layout->type.has_object()) {
+      throw errors::object_array(path_, m.name, error::no_offset,
                   "pickled object arrays cannot be memory-mapped");
     }
     array_view::state& v = d.view;
     v.path = path_;
-    v.member = name;
-    v.strides = byte_strides(h.shape, h.type.itemsize(), h.fortran_order);
-    v.type = std::move(h.type);
-    v.shape = std::move(h.shape);
-    v.fortran_order = h.fortran_order;
-    v.size = h.size;
-    v.nbytes = h.nbytes;
+    v.member = m.name;
+    v.layout = layout;
     v.mapped = d.mapped;
-    v.file_offset = d.contents_offset + h.data_offset;
+    v.file_offset = d.contents_offset + data_offset;
     if (d.mapped) {
       v.source = source_.get();  // data() maps the file when first asked
       v.keepalive = source_;
     } else {
-      v.data = d.inflated->data() + h.data_offset;
+      v.data = d.inflated->data() + data_offset;
       v.keepalive = d.inflated;
     }
   }
@@ -807,6 +822,7 @@ class archive {
   bool interrupted_ = false;
   zip::directory dir_;
   name_table names_;
+  mutable layout_table layouts_;  // the arrays' dtypes and shapes, shared by members alike
   // Each member's decoded state once first accessed. Not a flat array: see sparse_slots.
   mutable std::optional<sparse_slots<decoded>> slots_;  // made once the directory is known
   mutable std::array<std::mutex, 64> locks_;

@@ -6,23 +6,18 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
-#include <vector>
 
 #include "detail/mapped_file.hpp"
 #include "mmnpz/array_view.hpp"
-#include "mmnpz/dtype.hpp"
+#include "npz/layout_table.hpp"
 
 namespace mmnpz {
 
 struct array_view::state {
   std::string_view path;    ///< the archive's path, owned by the archive (kept alive with it)
   std::string_view member;  ///< full name in the archive, likewise
-  dtype type;
-  std::vector<std::uint64_t> shape;
-  std::vector<std::int64_t> strides;  ///< in bytes
-  bool fortran_order = false;
-  std::uint64_t size = 1;  ///< number of elements
-  std::uint64_t nbytes = 0;
+  /// dtype, shape and strides: in the archive's layout_table, shared by members alike.
+  const detail::array_layout* layout = nullptr;
   const std::byte* data = nullptr;  ///< the data, when not mapped (inflated)
   std::uint64_t file_offset = 0;  ///< absolute offset of data in the file, when mapped
   /// The file the data is in, when mapped: data() is its mapping + file_offset (the file is

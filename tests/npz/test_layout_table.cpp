@@ -1,0 +1,79 @@
+#include "npz/layout_table.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+mmnpz::npy_header header_of(const std::string& descr, std::vector<std::uint64_t> shape,
+                            bool fortran_order = false) {
+  const std::string text = mmnpz::make_npy_header(mmnpz::dtype::parse(descr), shape,
+                                                  fortran_order);
+  return mmnpz::read_npy_header_prefix(text.data(), text.size(), text.size() + 1'000'000);
+}
+
+}  // namespace
+
+TEST_SUITE("layout_table") {
+  TEST_CASE("a header's bytes seen again give the layout kept for them, at the same address") {
+    mmnpz::detail::layout_table t;
+    CHECK(t.find("header one") == nullptr);
+    const mmnpz::detail::array_layout* a = t.add("header one", header_of("<f4", {3, 4}));
+    REQUIRE(a != nullptr);
+    CHECK(a->type.descr() == "'<f4'");
+    CHECK(a->shape == std::vector<std::uint64_t>{3, 4});
+    CHECK(a->strides == std::vector<std::int64_t>{16, 4});
+    CHECK(a->size == 12);
+    CHECK(a->nbytes == 48);
+    CHECK(t.find("header one") == a);
+    CHECK(t.find("header on") == nullptr);
+    // Adding the same bytes again keeps the first layout (another thread decoded it first).
+    CHECK(t.add("header one", header_of("<i2", {1})) == a);
+    const mmnpz::detail::array_layout* f = t.add("header two", header_of("<i2", {3, 4}, true));
+    CHECK(f != a);
+    CHECK(f->fortran_order);
+    CHECK(f->strides == std::vector<std::int64_t>{2, 6});
+    CHECK(t.size() == 2);
+  }
+
+  TEST_CASE("past max_keys distinct headers, layouts are kept unshared and stay valid") {
+    mmnpz::detail::layout_table t;
+    const mmnpz::npy_header h = header_of("<u1", {7});
+    std::vector<const mmnpz::detail::array_layout*> kept;
+    for (std::size_t k = 0; k < mmnpz::detail::layout_table::max_keys + 3; ++k) {
+      kept.push_back(t.add("h" + std::to_string(k), h));
+    }
+    constexpr std::size_t keys = mmnpz::detail::layout_table::max_keys;
+    CHECK(t.find("h0") == kept[0]);
+    CHECK(t.find("h" + std::to_string(keys - 1)) == kept[keys - 1]);
+    CHECK(t.find("h" + std::to_string(keys)) == nullptr);  // not a key
+    const std::string last = "h" + std::to_string(keys + 2);
+    CHECK(t.add(last, h) != kept.back());  // so a layout of its own each time
+    CHECK(t.size() == keys + 4);
+    for (const auto* l : kept) CHECK(l->shape == std::vector<std::uint64_t>{7});
+  }
+
+  TEST_CASE("threads adding the same headers at once all get one layout per header") {
+    mmnpz::detail::layout_table t;
+    const mmnpz::npy_header h = header_of("<f8", {2, 2});
+    std::vector<std::vector<const mmnpz::detail::array_layout*>> got(4);
+    std::vector<std::thread> threads;
+    for (std::size_t n = 0; n < got.size(); ++n) {
+      threads.emplace_back([&, n] {
+        for (int k = 0; k < 200; ++k) {
+          const std::string key = "k" + std::to_string(k % 20);
+          const auto* found = t.find(key);
+          got[n].push_back(found ? found : t.add(key, h));
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(t.size() == 20);
+    for (std::size_t n = 0; n < got.size(); ++n) {
+      for (int k = 0; k < 200; ++k) CHECK(got[n][k] == t.find("k" + std::to_string(k % 20)));
+    }
+  }
+}
