@@ -23,12 +23,13 @@ build/venv/bin/pip install --no-build-isolation --quiet .
   venv/bin/python -m pytest -q -p no:cacheprovider ../tests/python)
 
 echo "== ThreadSanitizer: many threads first-accessing one archive, and gathering from one dataset"
-BUILD_DIR=build-tsan BUILD_TARGET="test_reader test_gather test_dataset test_sparse_slots" scripts/setup.sh \
+BUILD_DIR=build-tsan BUILD_TARGET="test_reader test_layout_table test_gather test_dataset test_sparse_slots" scripts/setup.sh \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMMNPZ_TSAN=ON -DMMNPZ_BUILD_EXAMPLES=OFF -DMMNPZ_BUILD_PYTHON=OFF
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_reader -tc="*threads*"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_gather -tc="*many threads gathering*,*every thread count*,*background gathers*"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_dataset -tc="*many threads*"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_sparse_slots -tc="*threads*"
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_layout_table -tc="*threads*"
 
 echo "== fuzz the reader for a bounded time (libFuzzer, ASan + UBSan)"
 scripts/fuzz.sh "${MMNPZ_FUZZ_SECONDS:-120}"

@@ -292,6 +292,7 @@ class NpzReader(collections.abc.Mapping):
         self._max_header_size = max_header_size
         self._pickle_kwargs = {"encoding": encoding, "fix_imports": bool(fix_imports)}
         self._reader = source.reader
+        self._lookup = self._reader.lookup_function()  # None once closed
         if not allow_pickle:  # numpy lifts the limit for trusted files
             self._reader.limit_header(min(max(int(max_header_size), 0), 1 << 62))
         if self._reader.was_interrupted:
@@ -444,10 +445,10 @@ class NpzReader(collections.abc.Mapping):
         # A first access: one call to the core finds, decodes and maps a stored array (the
         # core checked max_header_size). Written out here, not in helper methods: each
         # Python call would add a few percent to a first access.
-        reader = self._reader
-        if reader is None:
+        lookup = self._lookup
+        if lookup is None:
             raise ValueError(f"{self._path}: the reader is closed")
-        found = reader.lookup(key)
+        found = lookup(key)
         if found is None:
             raise KeyError(f"{key} is not a file in the archive")
         index, item = found
@@ -518,6 +519,7 @@ class NpzReader(collections.abc.Mapping):
         self._source = None
         self._writable = None
         self._reader = None
+        self._lookup = None
         self._by_key = {}
         self._by_index = {}
 

@@ -1,6 +1,7 @@
 """Metadata by reads: opening and reading metadata read the file without mapping it; the first
 view maps it; an archive cut after it was opened gives an error naming member and offset."""
 
+import gc
 import os
 import re
 import zipfile
@@ -68,6 +69,23 @@ def test_the_mmap_attribute_maps_the_file_when_first_asked_for(tmp_path):
     assert reader["a1"].base is whole
     reader.close()
     assert reader.mmap is None
+
+
+def test_closing_the_reader_unmaps_the_file_once_its_items_are_gone(tmp_path):
+    """A first access goes through a function bound to the core's reader: closing lets go of
+    it too, so the mapping ends with the last item."""
+    path = str(tmp_path / "unmap.npz")
+    arrays = write_archive(path)
+    reader = mmnpz.load(path)
+    item = reader["a2"]
+    np.testing.assert_array_equal(item, arrays["a2"])
+    reader.close()
+    assert mapped(path)  # the item still needs the mapping
+    del item
+    gc.collect()
+    assert not mapped(path)
+    with pytest.raises(ValueError, match="the reader is closed"):
+        reader["a2"]
 
 
 def cut_message(path, member, offset, size):
