@@ -71,6 +71,7 @@ WARM_PASSES = 3  # warm passes over the batches, the fastest kept (gather and me
 TORCH_BATCHES = 2000
 TORCH_BATCHES_QUICK = 300
 FIRST_ACCESSES = 2000  # members accessed for the first time (then again) per run
+HEADER_READ = 256  # bytes a first access reads at a small member's local header (about)
 FORMAT_VERSION = 1  # of the generated data: bump when generate() changes
 PAGE = os.sysconf("SC_PAGE_SIZE")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -459,9 +460,25 @@ def child_access(p):
     for name in rest:
         reader[name]
     repeat = (time.perf_counter() - t0) / len(rest)
+    # What numpy alone takes to make and keep a new memmap view of each member (the items
+    # mmnpz hands out are such views): its shape, dtype and place taken before the clock.
+    whole = reader.mmap
+    places = [(x.shape, x.dtype, x.ctypes.data - whole.ctypes.data)
+              for x in (reader[name] for name in rest)]
+    t0 = time.perf_counter()
+    kept = [np.ndarray.__new__(np.memmap, shape, dtype, buffer=whole, offset=offset)
+            for shape, dtype, offset in places]
+    numpy_view = (time.perf_counter() - t0) / len(rest)
+    del kept, whole
+    if p.get("headers_out"):  # where each member's headers are, for the C pread of them
+        core = reader._reader
+        offsets = [core.member(core.find(name))["local_header_offset"] for name in rest]
+        with open(p["headers_out"], "wb") as out:
+            out.write(b"MMNPZPC1" + struct.pack("<3Q", 1, len(offsets), len(offsets)))
+            out.write(b"".join(struct.pack("<3Q", 0, o, HEADER_READ) for o in offsets))
     reader.close()
     return {"very_first_s": very_first, "first_s": first, "repeat_s": repeat,
-            "accesses": len(rest)}
+            "numpy_view_s": numpy_view, "accesses": len(rest)}
 
 
 CHILDREN = {"pieces": child_pieces, "fresh": child_fresh, "evicted": child_evicted,
@@ -701,8 +718,12 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
                 {"mmnpz": in_child("open", dict(base, **{"with": "mmnpz"})),
                  "numpy": in_child("open", dict(base, **{"with": "numpy"}))})
         if "access" in cases:
-            raw.setdefault("access", []).append(
-                in_child("access", dict(base, seed=base["seed"] + r)))
+            headers = os.path.join(work, "headers.pieces")
+            got = in_child("access", dict(base, seed=base["seed"] + r, headers_out=headers))
+            # What no first access can skip on this host: one read of the member's headers
+            # (C, 1 thread, the same page cache).
+            got["c_pread"] = pread_pieces(binary, "pread", headers, 1, [base["many"]])
+            raw.setdefault("access", []).append(got)
     return raw
 
 
@@ -854,6 +875,17 @@ def summarize(raw, cases, notes):
         notes.append(f"access: mean over {r[0]['accesses']:,} random members per run; the "
                      f"very first access of a process took "
                      f"{min(x['very_first_s'] for x in r) * 1e6:.0f} us (best run)")
+        if "c_pread" in r[0]:
+            # What no first access can skip on this host, each beside the repeat.
+            read = min(x["c_pread"]["seconds"] / x["c_pread"]["pieces"] for x in r)
+            view = min(x["numpy_view_s"] for x in r)
+            repeat = min(x["repeat_s"] for x in r)
+            notes.append(f"access, what no first access can skip (best runs): one C pread of "
+                         f"{HEADER_READ} bytes at each member's local header (1 thread, same "
+                         f"page cache) {read * 1e6:.2f} us ({read / repeat:.1f}x the repeat); "
+                         f"numpy making and keeping a new memmap view of each member (from "
+                         f"Python) {view * 1e6:.2f} us ({view / repeat:.1f}x); both "
+                         f"{(read + view) / repeat:.1f}x")
     if "fresh" in raw and "memcpy" in cases and "memcpy" in raw["fresh"][0]:
         r = raw["fresh"]
         rows.append(row(("gather", "C memcpy"), "warm gather", "excerpts/s",
