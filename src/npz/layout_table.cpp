@@ -4,8 +4,6 @@
 
 namespace mmnpz::detail {
 
-namespace {
-
 array_layout layout_of(npy_header h) {
   array_layout l;
   l.strides = byte_strides(h.shape, h.type.itemsize(), h.fortran_order);
@@ -17,22 +15,17 @@ array_layout layout_of(npy_header h) {
   return l;
 }
 
-}  // namespace
-
 const array_layout* layout_table::find(std::string_view header) const {
   std::lock_guard<std::mutex> lock(lock_);
   const auto it = by_header_.find(header);
   return it == by_header_.end() ? nullptr : it->second;
 }
 
-const array_layout* layout_table::add(std::string_view header, npy_header h) {
+const array_layout* layout_table::add(std::string_view header, const npy_header& h) {
   std::lock_guard<std::mutex> lock(lock_);
   if (const auto it = by_header_.find(header); it != by_header_.end()) return it->second;
-  if (by_header_.size() >= max_keys) {
-    unkeyed_.push_back(layout_of(std::move(h)));
-    return &unkeyed_.back();
-  }
-  keyed_.push_back({std::string(header), layout_of(std::move(h))});
+  if (keyed_.size() >= max_keys) return nullptr;
+  keyed_.push_back({std::string(header), layout_of(h)});
   const keyed& k = keyed_.back();
   by_header_.emplace(k.header, &k.layout);
   return &k.layout;
@@ -40,7 +33,7 @@ const array_layout* layout_table::add(std::string_view header, npy_header h) {
 
 std::size_t layout_table::size() const {
   std::lock_guard<std::mutex> lock(lock_);
-  return keyed_.size() + unkeyed_.size();
+  return keyed_.size();
 }
 
 }  // namespace mmnpz::detail

@@ -28,22 +28,25 @@ struct array_layout {
   std::uint64_t nbytes = 0;
 };
 
-/// One archive's layouts, each at a stable address for as long as the table lives. Keyed by
-/// a header's bytes after the magic: version, length field and text (everything the header's
-/// meaning depends on). Safe to use from many threads.
+/// The layout that `h` states.
+array_layout layout_of(npy_header h);
+
+/// One archive's shared layouts, at most max_keys, each at a stable address for as long as
+/// the table lives. Keyed by a header's bytes after the magic: version, length field and text
+/// (everything the header's meaning depends on). Safe to use from many threads.
 class layout_table {
  public:
-  /// Headers kept as keys at the most; the layouts of further distinct headers are kept
-  /// unshared (an archive whose every member has its own shape does not keep each header's
-  /// text besides).
-  static constexpr std::size_t max_keys = std::size_t{1} << 16;
+  /// Layouts kept at the most: an archive whose members have more distinct headers keeps the
+  /// others with their members (so that what the reader keeps stays bounded when headers are
+  /// decoded and dropped, as reader::visit_arrays does).
+  static constexpr std::size_t max_keys = 4096;
 
   /// The layout read from `header` before, or nullptr.
   const array_layout* find(std::string_view header) const;
 
   /// Keeps the layout of `h`, which was read from `header`, and returns it (or the one kept
-  /// for `header` meanwhile).
-  const array_layout* add(std::string_view header, npy_header h);
+  /// for `header` meanwhile); nullptr, keeping nothing, once the table is full.
+  const array_layout* add(std::string_view header, const npy_header& h);
 
   /// How many layouts are kept.
   std::size_t size() const;
@@ -55,7 +58,6 @@ class layout_table {
   };
   mutable std::mutex lock_;
   std::deque<keyed> keyed_;  // a deque: elements never move, so the keys below stay valid
-  std::deque<array_layout> unkeyed_;
   std::unordered_map<std::string_view, const array_layout*> by_header_;
 };
 

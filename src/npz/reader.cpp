@@ -192,7 +192,7 @@ struct located {
 };
 
 // What first access to a member found, cached for every later access.
-// Kept small (144 bytes): a member's first access in a fresh process allocates it, and new
+// Kept small (152 bytes): a member's first access in a fresh process allocates it, and new
 // memory costs a page fault per 4 KiB (2 to 19 us on some virtual machines); the array's
 // dtype and shape are the archive's, shared (layout_table).
 struct decoded {
@@ -201,6 +201,7 @@ struct decoded {
   std::uint64_t contents_size = 0;
   std::uint64_t contents_offset = 0;  // absolute offset of the member's bytes in the file
   std::shared_ptr<std::vector<std::byte>> inflated;
+  std::unique_ptr<const array_layout> own_layout;  // when the archive's table is full
   bool mapped = true;  // stored: the contents are in the file (mapped when first needed)
   bool is_array = false;
   array_view::state view;
@@ -784,7 +785,11 @@ class archive {
     if (!layout) {
       npy_header h = header_of(m, head, available, d.mapped, d.contents_offset);
       data_offset = h.data_offset;  // the header was at hand: the parser checked
-      layout = layouts_.add(key(data_offset), std::move(h));
+      layout = layouts_.add(key(data_offset), h);
+      if (!layout) {
+        d.own_layout = std::make_unique<const array_layout>(layout_of(std::move(h)));
+        layout = d.own_layout.get();
+      }
     }
     if (layout->type.has_object()) {
       throw errors::object_array(path_, m.name, error::no_offset,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mmnpz/mmnpz.hpp"
+#include "npz/layout_table.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -878,6 +879,44 @@ TEST_SUITE("reader: reads") {
     CHECK(first.find("(8 bytes remain)") != std::string::npos);
     CHECK(message(r) == first);
     CHECK(message(fresh) == first);  // and again, from the cache
+  }
+
+  TEST_CASE("members of more distinct headers than an archive shares keep their own layouts, "
+            "which live as long as their views") {
+    const std::string path = test::scratch("many_layouts.npz");
+    const std::size_t n = mmnpz::detail::layout_table::max_keys + 100;
+    {
+      mmnpz::writer w(path);
+      std::vector<std::uint8_t> v(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        v[k] = static_cast<std::uint8_t>(k);
+        w.write("m" + std::to_string(k), v.data(), {k + 1});  // shape (k + 1,): its own header
+      }
+    }
+    std::vector<std::size_t> all(n);
+    for (std::size_t k = 0; k < n; ++k) all[k] = k;
+    mmnpz::array_view first;
+    mmnpz::array_view visited;  // past the shared layouts, from visit_arrays: held by the view
+    mmnpz::array_view last;     // past the shared layouts, from the cache
+    {
+      mmnpz::reader r(path);
+      for (int pass = 0; pass < 2; ++pass) {
+        r.visit_arrays(all, [&](std::size_t i, const mmnpz::array_view& view,
+                                std::exception_ptr failure) {
+          REQUIRE_FALSE(failure);
+          REQUIRE(view.shape() == std::vector<std::uint64_t>{i + 1});
+          if (i == n - 1) visited = view;
+        });
+      }
+      first = r.array("m0");
+      last = r.array("m" + std::to_string(n - 1));
+      CHECK(&last.shape() != &visited.shape());  // visit_arrays caches nothing
+    }
+    CHECK(first.shape() == std::vector<std::uint64_t>{1});
+    CHECK(visited.shape() == std::vector<std::uint64_t>{n});
+    CHECK(last.shape() == std::vector<std::uint64_t>{n});
+    CHECK(last.data_as<std::uint8_t>()[n - 1] == static_cast<std::uint8_t>(n - 1));
+    CHECK(visited.data_as<std::uint8_t>()[n - 2] == static_cast<std::uint8_t>(n - 2));
   }
 
   TEST_CASE("a descriptor's reader reads through its own duplicate, the caller's stays open") {
