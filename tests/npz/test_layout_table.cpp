@@ -57,24 +57,32 @@ TEST_SUITE("layout_table") {
     }
   }
 
-  TEST_CASE("threads adding the same headers at once all get one layout per header") {
+  TEST_CASE("threads finding and adding headers at once, while the table grows, get one layout "
+            "per header") {
     mmnpz::detail::layout_table t;
     const mmnpz::npy_header h = header_of("<f8", {2, 2});
+    constexpr int keys = 300;  // the table doubles from 16 slots to 1,024 meanwhile
+    constexpr int steps = 1200;
     std::vector<std::vector<const mmnpz::detail::array_layout*>> got(4);
     std::vector<std::thread> threads;
     for (std::size_t n = 0; n < got.size(); ++n) {
       threads.emplace_back([&, n] {
-        for (int k = 0; k < 200; ++k) {
-          const std::string key = "k" + std::to_string(k % 20);
+        for (int k = 0; k < steps; ++k) {
+          // Each thread walks the keys from its own place, so that new keys come from all.
+          const std::string key = "k" + std::to_string((k + 75 * static_cast<int>(n)) % keys);
           const auto* found = t.find(key);
           got[n].push_back(found ? found : t.add(key, h));
         }
       });
     }
     for (auto& th : threads) th.join();
-    CHECK(t.size() == 20);
+    CHECK(t.size() == keys);
     for (std::size_t n = 0; n < got.size(); ++n) {
-      for (int k = 0; k < 200; ++k) CHECK(got[n][k] == t.find("k" + std::to_string(k % 20)));
+      for (int k = 0; k < steps; ++k) {
+        const std::string key = "k" + std::to_string((k + 75 * static_cast<int>(n)) % keys);
+        REQUIRE(got[n][k] != nullptr);
+        CHECK(got[n][k] == t.find(key));
+      }
     }
   }
 }
