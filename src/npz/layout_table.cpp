@@ -48,11 +48,16 @@ const array_layout* layout_table::find(std::string_view header) const {
 }
 
 const array_layout* layout_table::add(std::string_view header, const npy_header& h) {
+  // Once full, nothing is added any more: a header kept before was found by find().
+  if (full_.load(std::memory_order_acquire)) return find(header);
   const std::uint64_t hash = std::hash<std::string_view>{}(header);
   std::lock_guard<std::mutex> lock(lock_);
   table* t = tables_.back().get();
   if (const keyed* e = probe(*t, hash, header)) return &e->layout;
-  if (keyed_.size() >= max_keys) return nullptr;
+  if (keyed_.size() >= max_keys) {
+    full_.store(true, std::memory_order_release);
+    return nullptr;
+  }
   if (2 * (keyed_.size() + 1) > t->mask + 1) {  // at most half full: probes stay short
     auto bigger = std::make_unique<table>(2 * (t->mask + 1));
     for (const keyed& k : keyed_) place(*bigger, &k);

@@ -77,6 +77,9 @@ class layout_table {
   static void place(table& t, const keyed* k);
 
   mutable std::mutex lock_;  // add()
+  // Set once max_keys layouts are kept: add() then returns at once, without the lock (an
+  // archive of more distinct headers has every further first access add()).
+  std::atomic<bool> full_{false};
   std::deque<keyed> keyed_;  // a deque: elements never move
   std::vector<std::unique_ptr<table>> tables_;  // every table made; the last is current
   std::atomic<const table*> current_{nullptr};

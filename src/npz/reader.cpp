@@ -206,6 +206,7 @@ struct decoded {
   bool is_array = false;
   array_view::state view;
 };
+static_assert(sizeof(decoded) <= 152, "a decoded member's state grew: see the comment above");
 
 class archive {
  public:
