@@ -2,6 +2,7 @@
 
 // Helpers shared by the tests: scratch files and running numpy / unzip on what we wrote.
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +115,20 @@ inline std::string cut_while_running(const std::string& path, std::uint64_t cut,
 /// Whether `what` is the error of reading `path` at some offset after it was cut to `cut`
 /// bytes: "<path> at offset X: the archive was truncated after it was opened: the file now
 /// ends at byte <cut>".
+/// True when the kernel backs memory advised MADV_HUGEPAGE with transparent huge pages
+/// (/sys/kernel/mm/transparent_hugepage/enabled reads "[always]" or "[madvise]").
+inline bool huge_pages_on_advice() {
+  const std::string mode = read_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
+}
+
+/// Minor page faults of this process so far.
+inline long minor_faults() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 inline bool is_cut_error(const std::string& what, const std::string& path, std::uint64_t cut) {
   const std::string head = path + " at offset ";
   const std::string tail =

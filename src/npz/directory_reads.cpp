@@ -7,6 +7,7 @@
 
 #include "detail/errors.hpp"
 #include "detail/file_io.hpp"
+#include "detail/huge_pages.hpp"
 
 namespace mmnpz::detail {
 
@@ -17,6 +18,7 @@ zip::directory read_directory_by_pieces(std::uint64_t size, const std::string& p
   const auto read_tail = [&](std::uint64_t from) {
     tail_offset = from;
     tail.reset(new std::byte[static_cast<std::size_t>(size - from)]);
+    advise_huge_pages(tail.get(), static_cast<std::size_t>(size - from));
     read(tail.get(), size - from, from);
   };
   if (!tail) read_tail(size - std::min<std::uint64_t>(size, first_tail_read));

@@ -14,6 +14,7 @@
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
 #include "detail/file_io.hpp"
+#include "detail/huge_pages.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/names.hpp"
 #include "detail/sigbus_guard.hpp"
@@ -50,6 +51,11 @@ class name_table {
     std::size_t cap = 16;
     while (cap < members.size() * 2) cap *= 2;
     mask_ = cap - 1;
+    // Written whole below: in huge pages where the kernel has them (a fault per 2 MiB instead
+    // of per 4 KiB; at 1,000,000 names the table is 16 MiB).
+    slots_.clear();
+    slots_.reserve(cap);
+    advise_huge_pages(slots_.data(), cap * sizeof(slot));
     slots_.assign(cap, slot{});
     // The table outgrows the caches: each name's slot is a cache miss, so the slots of the
     // next names are fetched while this one is placed (a third less time at 100,000 names).

@@ -11,6 +11,7 @@
 
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
+#include "detail/huge_pages.hpp"
 #include "zip/format.hpp"
 #include "zip/records.hpp"
 
@@ -307,11 +308,20 @@ void check_no_overlap(directory& d, bool ascending, const std::string& path) {
   d.by_offset = std::move(order);
 }
 
-// A copy of `name` that lives as long as `d` (in blocks that never move).
-std::string_view keep_name(directory& d, std::string_view name) {
+// A copy of `name` that lives as long as `d` (in blocks that never move). The first block
+// holds `expected` bytes, what all the directory's names may take (capped: pages of it left
+// untouched cost nothing), in huge pages where it can, later ones 64 KiB.
+std::string_view keep_name(directory& d, std::string_view name, std::uint64_t expected) {
   constexpr std::size_t block = std::size_t{1} << 16;  // holds any name (at most 65,535 bytes)
-  if (d.name_blocks.empty() || block - d.name_block_used < name.size()) {
-    d.name_blocks.emplace_back(new char[block]);
+  constexpr std::uint64_t first_block_cap = std::uint64_t{1} << 26;
+  if (d.name_blocks.empty() || d.name_block_size - d.name_block_used < name.size()) {
+    const std::size_t size =
+        d.name_blocks.empty()
+            ? static_cast<std::size_t>(std::clamp<std::uint64_t>(expected, block, first_block_cap))
+            : block;
+    d.name_blocks.emplace_back(new char[size]);
+    detail::advise_huge_pages(d.name_blocks.back().get(), size);
+    d.name_block_size = size;
     d.name_block_used = 0;
   }
   char* out = d.name_blocks.back().get() + d.name_block_used;
@@ -372,8 +382,11 @@ directory read_from(const window& w, const end_record& classic, const std::strin
     d.name_store.emplace_back(classic.comment);
     d.comment = d.name_store.back();
   }
-  d.members.reserve(
-      static_cast<std::size_t>(std::min(e.entries, d.cd_size / central_header_size)));
+  const std::uint64_t entries = std::min(e.entries, d.cd_size / central_header_size);
+  d.members.reserve(static_cast<std::size_t>(entries));
+  detail::advise_huge_pages(d.members.data(), d.members.capacity() * sizeof(member_info));
+  // What the names, extra fields and comments of the entries take, at most.
+  const std::uint64_t names_bound = d.cd_size - entries * central_header_size;
   bool ascending = true;
   std::string converted;
   const auto add = [&](const central_entry& c) {
@@ -390,7 +403,7 @@ directory read_from(const window& w, const end_record& classic, const std::strin
   } else {
     read_in_pieces(w, d, ctx, [&](byte_reader& r) {
       central_entry c = parse_central_entry(r, d.members.size(), converted);
-      if (converted.empty()) c.name = keep_name(d, c.name);
+      if (converted.empty()) c.name = keep_name(d, c.name, names_bound);
       add(c);
     });
   }

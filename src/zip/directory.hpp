@@ -25,7 +25,8 @@ struct directory {
   std::deque<std::string> name_store;  ///< names converted from cp437 (members point here)
   /// Names copied out of a directory read in pieces (members point here).
   std::vector<std::unique_ptr<char[]>> name_blocks;
-  std::size_t name_block_used = 0;
+  std::size_t name_block_size = 0;  ///< bytes of the last block
+  std::size_t name_block_used = 0;  ///< of them, those holding names
   std::uint64_t cd_offset = 0;         ///< absolute offset of the central directory
   std::uint64_t cd_size = 0;
   std::uint64_t end_offset = 0;     ///< absolute offset of the classic end record
