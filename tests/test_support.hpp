@@ -122,6 +122,20 @@ inline bool huge_pages_on_advice() {
   return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
 }
 
+/// True in a build under AddressSanitizer or ThreadSanitizer, whose shadow memory takes page
+/// faults of its own: tests that count faults check them only without.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
 /// Minor page faults of this process so far.
 inline long minor_faults() {
   rusage u{};
