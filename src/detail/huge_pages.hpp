@@ -1,11 +1,11 @@
 #pragma once
 
 // Large tables that opening an archive writes whole (directory entries, the name table, the
-// names): each fresh 4 KiB page costs a page fault, 0.25 µs on a bare-metal host and 10-16 µs
-// on some virtual machines (where the hypervisor backs guest memory at first touch), while a
-// transparent huge page maps 2 MiB at one fault. On the 2026-11-26 development VM a 64 MiB
-// buffer was written in 180 ms in 4 KiB pages and 123 ms in huge pages; a reader of 1,000,000
-// members opened in 144-258 ms instead of 344-356.
+// names, a dataset's items): each fresh 4 KiB page costs a page fault, 1.6 µs on the
+// development VM of 2026-11-24 and 10-16 µs on that of 2026-11-26 (where the hypervisor backs
+// guest memory at its first touch), while a transparent huge page is mapped at one fault per
+// 2 MiB. There, a 64 MiB buffer was written in 180 ms in 4 KiB pages and in 123 ms in huge
+// pages, and a reader of 1,000,000 members opened in 73-168 ms instead of 275-355.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,9 +25,10 @@ std::pair<std::uintptr_t, std::uintptr_t> whole_huge_pages(const void* p, std::s
 /// Asks the kernel (madvise MADV_HUGEPAGE) to back the whole huge pages of [p, p + n) with
 /// transparent huge pages; nothing when it holds none (the pages at either end stay 4 KiB
 /// ones, so nothing is rounded up). For memory the caller is about to write whole: a huge
-/// page is zeroed whole at its first touch. Memory from new or malloc is
-/// fine (the advice stays with the pages, which the allocator gives back to the kernel whole
-/// at this size). Failure (a kernel without THP, THP disabled) is ignored: it is only advice.
+/// page is zeroed whole at its first touch. Memory from new or malloc may be advised: the
+/// advice stays with the address range, so a heap range freed and given to later, smaller
+/// allocations may be backed by huge pages too (at most the range advised). Failure (a
+/// kernel without THP, THP disabled) is ignored: it is only advice.
 void advise_huge_pages(void* p, std::size_t n);
 
 /// Reserves room for at least `n` elements in `v` and advises its storage for huge pages: for a
