@@ -3,7 +3,8 @@
 # the stubs), the API reference (scripts/docs.sh, warnings are errors), the package
 # pip-installed into a venv and tested again, a ThreadSanitizer run of the concurrent
 # first-access, dataset-open and gather tests, two minutes of fuzzing (MMNPZ_FUZZ_SECONDS),
-# and an AddressSanitizer + UndefinedBehaviorSanitizer build of the C++ tests.
+# a build of the C++ tests with clang (about a minute; run with GCC above), and an
+# AddressSanitizer + UndefinedBehaviorSanitizer build of the C++ tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -33,6 +34,12 @@ TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_layout_table -tc="*threads*"
 
 echo "== fuzz the reader for a bounded time (libFuzzer, ASan + UBSan)"
 scripts/fuzz.sh "${MMNPZ_FUZZ_SECONDS:-120}"
+
+echo "== build every C++ test with clang (C++17 as the standard has it, not as GCC accepts it)"
+cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+  -DPython_EXECUTABLE=/usr/bin/python3 -DMMNPZ_BUILD_PYTHON=OFF -DMMNPZ_BUILD_EXAMPLES=OFF \
+  > /dev/null
+cmake --build build-clang -j"$jobs"
 
 echo "== build and test with ASan + UBSan"
 BUILD_DIR=build-asan scripts/setup.sh -DCMAKE_BUILD_TYPE=Debug -DMMNPZ_SANITIZE=ON -DMMNPZ_BUILD_EXAMPLES=OFF -DMMNPZ_BUILD_PYTHON=OFF
