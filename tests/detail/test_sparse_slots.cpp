@@ -2,7 +2,6 @@
 // other threads store, and touching memory by the items stored rather than by their spread
 // until it is dense enough for a flat array.
 #include <doctest/doctest.h>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <memory>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "detail/sparse_slots.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -22,12 +22,6 @@ struct counted {
   int value;
   std::atomic<int>* alive_;
 };
-
-long minor_faults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
 
 }  // namespace
 
@@ -107,9 +101,9 @@ TEST_SUITE("sparse slots") {
     std::mt19937_64 rng(1);
     std::vector<std::size_t> picks(2000);
     for (auto& p : picks) p = rng() % 10'000'000;
-    const long before = minor_faults();
+    const long before = test::minor_faults();
     for (std::size_t p : picks) slots.set(p, std::make_unique<std::uint64_t>(p));
-    const long faults = minor_faults() - before;
+    const long faults = test::minor_faults() - before;
     CHECK(faults < 120);
     CHECK_FALSE(slots.is_flat());
     for (std::size_t p : picks) CHECK(*slots.get(p) == p);
