@@ -83,6 +83,7 @@ bool is_c_contiguous(const std::vector<std::uint64_t>& shape,
 struct shard_items {
   std::vector<dataset_item> items;
   std::vector<item_layout> layouts;
+  std::size_t name_bytes = 0;  ///< of the items' member names
 };
 
 std::uint32_t intern(std::vector<item_layout>& layouts, const dtype& type,
@@ -234,6 +235,7 @@ shard_items read_shard(const reader& r, std::uint32_t shard,
     }
     it.shard = shard;
     out.items.push_back(it);
+    out.name_bytes += info.name.size();
   }
   return out;
 }
@@ -341,19 +343,14 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
       global_layout[sh].push_back(intern(s->layouts, l.type, l.trailing));
     }
   }
-  std::size_t total = 0, longest = 0;
+  std::size_t total = 0, longest = 0, name_bytes = 0;
   for (const auto& p : per_shard) {
     total += p.items.size();
+    name_bytes += p.name_bytes;
     longest = std::max(longest, p.items.size());
   }
   // Every table below is written whole: in huge pages where the kernel has them (opening
   // 1,000,000 members wrote some 360 MB of fresh memory: 89,236 page faults).
-  std::size_t name_bytes = 0;
-  for (std::size_t sh = 0; sh < n; ++sh) {
-    for (const dataset_item& it : per_shard[sh].items) {
-      name_bytes += s->readers[sh].member(it.member).name.size();
-    }
-  }
   detail::reserve_huge(s->items, total);
   detail::reserve_huge(s->name_ends, total);
   detail::reserve_huge(s->lengths, total);

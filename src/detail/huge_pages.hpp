@@ -1,11 +1,11 @@
 #pragma once
 
 // Large tables that opening an archive writes whole (directory entries, the name table, the
-// names, a dataset's items): each fresh 4 KiB page costs a page fault, 1.6 µs on the
-// development VM of 2026-11-24 and 10-16 µs on that of 2026-11-26 (where the hypervisor backs
-// guest memory at its first touch), while a transparent huge page is mapped at one fault per
-// 2 MiB. There, a 64 MiB buffer was written in 180 ms in 4 KiB pages and in 123 ms in huge
-// pages, and a reader of 1,000,000 members opened in 73-168 ms instead of 275-355.
+// names, a dataset's items): each fresh 4 KiB page costs a page fault, 10.9-11.6 µs on the
+// development VM of 2026-11-26 (where the hypervisor backs guest memory at its first touch),
+// while a transparent huge page is mapped at one fault per 2 MiB. There, a 64 MiB buffer was
+// written in 180 ms in 4 KiB pages and in 123 ms in huge pages, and a reader of 1,000,000
+// members opened in 73-168 ms instead of 275-355.
 
 #include <cstddef>
 #include <cstdint>

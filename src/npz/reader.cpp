@@ -54,8 +54,7 @@ class name_table {
     // Written whole below: in huge pages where the kernel has them (a fault per 2 MiB instead
     // of per 4 KiB; at 1,000,000 names the table is 16 MiB).
     slots_.clear();
-    slots_.reserve(cap);
-    advise_huge_pages(slots_.data(), cap * sizeof(slot));
+    reserve_huge(slots_, cap);
     slots_.assign(cap, slot{});
     // The table outgrows the caches: each name's slot is a cache miss, so the slots of the
     // next names are fetched while this one is placed (a third less time at 100,000 names).

@@ -383,8 +383,7 @@ directory read_from(const window& w, const end_record& classic, const std::strin
     d.comment = d.name_store.back();
   }
   const std::uint64_t entries = std::min(e.entries, d.cd_size / central_header_size);
-  d.members.reserve(static_cast<std::size_t>(entries));
-  detail::advise_huge_pages(d.members.data(), d.members.capacity() * sizeof(member_info));
+  detail::reserve_huge(d.members, static_cast<std::size_t>(entries));
   // What the names, extra fields and comments of the entries take, at most.
   const std::uint64_t names_bound = d.cd_size - entries * central_header_size;
   bool ascending = true;
