@@ -28,7 +28,10 @@ mappings), several times, keeping the best of each figure:
                                               summed by the consumer; a run of its own
                                               length, --torch-batches, reported twice: the
                                               whole run, and after the first batch, the
-                                              steady state of a long epoch)
+                                              steady state of a long epoch); a note adds
+                                              what separate worker processes cost with no
+                                              IPC: --workers processes at once, each
+                                              gathering its share of the same batches
   opening the many-member archive           np.load on the same archive
   first access of a member                  a repeat access of the same members
   warm gather                               pread_pieces.c memcpy-ing the same pieces from
@@ -386,15 +389,43 @@ def consume(batches, t0, wanted, take):
 
 def fingerprint(samples):
     """One number naming a sequence of batches' (indices, starts)."""
+    return combine([digest(indices, starts) for indices, starts in samples])
+
+
+def digest(indices, starts):
+    """A batch's (indices, starts), named: fingerprint() of batches gathered apart (the
+    worker processes' floor) is combine() of their digests in batch order."""
     import hashlib
 
     import numpy as np
 
     h = hashlib.sha256()
-    for indices, starts in samples:
-        h.update(np.asarray(indices, np.int64).tobytes())
-        h.update(np.asarray(starts, np.int64).tobytes())
-    return h.hexdigest()[:16]
+    h.update(np.asarray(indices, np.int64).tobytes())
+    h.update(np.asarray(starts, np.int64).tobytes())
+    return h.hexdigest()
+
+
+def combine(digests):
+    import hashlib
+
+    return hashlib.sha256("".join(digests).encode()).hexdigest()[:16]
+
+
+def child_share(p):
+    """Worker `share` of `shares` alone: batches share, share + shares, ... of the Loader's,
+    gathered on 1 thread in this process and summed, from construction to the last. Run
+    `shares` at once, they are what separate worker processes cost with no IPC at all: each
+    opens the dataset and maps the archive afresh and faults or reads in its own pages."""
+    t0 = time.perf_counter()
+    ds = open_spec(p)
+    sampler = make_sampler(ds, p)
+    out, digests = None, []
+    for b in range(p["share"], p["batches"], p["shares"]):
+        indices, starts = sampler.sample(0, b * BATCH, BATCH)
+        out = ds.gather(indices, starts, LENGTH, out=out, threads=1, **io_kw(p))
+        out.sum()
+        digests.append(digest(indices, starts))
+    return {"seconds": time.perf_counter() - t0, "digests": digests}
 
 
 def child_torch(p):
@@ -416,7 +447,8 @@ def child_torch(p):
     seconds, first, count, samples = consume(it, t0, p["batches"], take)
     del it, loader  # the workers stop here, outside the clock
     return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
-            "samples": samples, "torch_threads": torch.get_num_threads()}
+            "samples": samples, "torch_threads": torch.get_num_threads(),
+            "workers": p["workers"]}
 
 
 def child_open(p):
@@ -482,8 +514,8 @@ def child_access(p):
 
 
 CHILDREN = {"pieces": child_pieces, "fresh": child_fresh, "evicted": child_evicted,
-            "loader": child_loader, "torch": child_torch, "open": child_open,
-            "access": child_access}
+            "loader": child_loader, "torch": child_torch, "share": child_share,
+            "open": child_open, "access": child_access}
 
 
 def in_child(name, params):
@@ -495,6 +527,22 @@ def in_child(name, params):
         sys.stderr.write(run.stderr)
         raise SystemExit(f"the {name} case failed (exit status {run.returncode})")
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def in_children(name, params_list):
+    """Runs case `name` in new Python processes, one per params, all at once; returns what
+    each printed as JSON."""
+    runs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", name,
+                              json.dumps(params)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TMPDIR=params["tmp"]))
+            for params in params_list]
+    outputs = [run.communicate() for run in runs]
+    for run, (_, err) in zip(runs, outputs):
+        if run.returncode != 0:
+            sys.stderr.write(err)
+            raise SystemExit(f"the {name} case failed (exit status {run.returncode})")
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
 
 
 def pread_pieces(binary, mode, pieces, threads, paths, evict_first=False, passes=1):
@@ -710,6 +758,17 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
             got = {"loader": in_child("loader", params), "torch": in_child("torch", params)}
             if got["loader"]["samples"] != got["torch"]["samples"]:
                 raise SystemExit("mmnpz.Loader and mmnpz.torch.loader yielded other batches")
+            fill(paths, "read")
+            shares = in_children("share", [dict(params, share=w, shares=base["workers"])
+                                           for w in range(base["workers"])])
+            digests = [None] * torch_batches
+            for w, share in enumerate(shares):
+                digests[w::base["workers"]] = share["digests"]
+            if combine(digests) != got["loader"]["samples"]:
+                raise SystemExit("the worker processes' floor gathered other batches than "
+                                 "mmnpz.Loader")
+            got["floor"] = {"seconds": max(x["seconds"] for x in shares),
+                            "excerpts": torch_batches * BATCH}
             raw.setdefault("torch", []).append(got)
         if "open" in cases or "access" in cases:
             fill([base["many"]], "read")
@@ -854,6 +913,19 @@ def summarize(raw, cases, notes):
                      f"cache; whole run: construction to the last batch; steady state: "
                      f"from the first batch to the last; torch intra-op threads in the "
                      f"consumer: {r[0]['torch'].get('torch_threads', '?')}")
+        if all("floor" in x for x in r):
+            floor = [whole(x["floor"]) for x in r]
+            workers = r[0]["torch"].get("workers", 2)
+            notes.append(
+                f"torch, the most separate worker processes reach: {workers} fresh "
+                f"processes at once, each gathering 1/{workers} of the same batches on 1 "
+                f"thread and summing them, no IPC (each opens the dataset and faults or reads "
+                f"in its own mapping of the archive, where the Loader does it once): "
+                f"{max(floor):,.0f} excerpts/s, "
+                + ", ".join(f"{f / whole(x['loader']):.0%}" for f, x in zip(floor, r))
+                + " of the Loader in each run; the torch loader reached "
+                + ", ".join(f"{whole(x['torch']) / f:.0%}" for f, x in zip(floor, r))
+                + " of it")
     if "open" in raw:
         r = raw["open"]
         files = r[0]["mmnpz"]["files"]
