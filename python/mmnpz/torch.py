@@ -251,7 +251,7 @@ class ExcerptBatches(torch.utils.data.Dataset):
         self._next = None  # (epoch, batch) where the next pass begins, when chosen
         self._passes = 0  # passes begun by sampler()'s keys
         self._pass = None  # (epoch, first batch) of the last
-        self._datasets = self._sampler = self._layouts = None
+        self._datasets = self._sampler = self._layouts = self._rows = self._data_size = None
         datasets = self._open()
         self._items, self._epoch_size = len(datasets[0]), self._sampler.epoch_size
         self._per_rank = len(self._sampler)
@@ -335,12 +335,14 @@ class ExcerptBatches(torch.utils.data.Dataset):
         # Each field's one (dtype, trailing) of every item, or (layouts, per-item layout ids).
         self._layouts = [ds.layouts[0] if len(ds.layouts) == 1 else (ds.layouts, ds.layout_ids)
                          for ds in datasets]
+        # Rows of each field's excerpt (a Fraction: whole or not), asked for every batch.
+        self._rows = [self.length * _core.rate(rate) for rate in self._rates()]
         self._datasets, self._sampler = datasets, sampler
         return datasets
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(_datasets=None, _sampler=None, _layouts=None)
+        state.update(_datasets=None, _sampler=None, _layouts=None, _rows=None, _data_size=None)
         return state
 
     def _gather_threads(self):
@@ -370,10 +372,10 @@ class ExcerptBatches(torch.utils.data.Dataset):
     def _rates(self):
         return [1] + [rate for *_, rate in self._fields]
 
-    def _out_layout(self, f, indices, rate):
+    def _out_layout(self, f, indices):
         """(dtype, shape) of field f's batch of items ``indices``, or None when gather_fields
         will refuse it (items of several layouts, a fractional number of rows)."""
-        rows = self.length * _core.rate(rate)
+        rows = self._rows[f]
         if rows.denominator != 1:
             return None
         layout = self._layouts[f]
@@ -387,17 +389,20 @@ class ExcerptBatches(torch.utils.data.Dataset):
         return dtype, (len(indices), int(rows)) + tuple(trailing)
 
     def _data_bytes(self):
-        """Bytes of the largest batch's fields (each aligned)."""
+        """Bytes of the largest batch's fields (each aligned); reckoned once per process (the
+        main process and each worker ask for every batch)."""
+        if self._data_size is not None:
+            return self._data_size
         self._open()
         total = 0
-        for f, rate in enumerate(self._rates()):
-            rows = self.length * _core.rate(rate)
+        for f, rows in enumerate(self._rows):
             if rows.denominator != 1:
                 continue
             layout = self._layouts[f]
             layouts = layout[0] if isinstance(layout[1], np.ndarray) else [layout]
             row = max(d.itemsize * int(np.prod(t, dtype=np.int64)) for d, t in layouts)
             total = _aligned(total + row * int(rows) * self.batch_size)
+        self._data_size = total
         return total
 
     def _slot_bytes(self):
@@ -422,7 +427,8 @@ class ExcerptBatches(torch.utils.data.Dataset):
                                     min(self.batch_size, self._per_rank - position))
 
     def _layouts_of(self, indices):
-        return [self._out_layout(f, indices, r) for f, r in enumerate(self._rates())]
+        self._open()
+        return [self._out_layout(f, indices) for f in range(len(self._rows))]
 
     def _gather(self, indices, starts, outs):
         datasets = self._open()
