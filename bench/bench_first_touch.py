@@ -29,8 +29,8 @@ mappings), several times, keeping the best of each figure:
                                               length, --torch-batches, reported twice: the
                                               whole run, and after the first batch, the
                                               steady state of a long epoch); a note adds
-                                              what separate worker processes cost with no
-                                              IPC: --workers processes at once, each
+                                              what separate worker processes reach with no
+                                              IPC: --workers plain processes at once, each
                                               gathering its share of the same batches
   opening the many-member archive           np.load on the same archive
   first access of a member                  a repeat access of the same members
@@ -393,8 +393,8 @@ def fingerprint(samples):
 
 
 def digest(indices, starts):
-    """A batch's (indices, starts), named: fingerprint() of batches gathered apart (the
-    worker processes' floor) is combine() of their digests in batch order."""
+    """A batch's (indices, starts), named: fingerprint() of batches gathered apart (by the
+    plain processes of child_share) is combine() of their digests in batch order."""
     import hashlib
 
     import numpy as np
@@ -414,7 +414,7 @@ def combine(digests):
 def child_share(p):
     """Worker `share` of `shares` alone: batches share, share + shares, ... of the Loader's,
     gathered on 1 thread in this process and summed, from construction to the last. Run
-    `shares` at once, they are what separate worker processes cost with no IPC at all: each
+    `shares` at once, they are what separate worker processes reach with no IPC at all: each
     opens the dataset and maps the archive afresh and faults or reads in its own pages."""
     t0 = time.perf_counter()
     ds = open_spec(p)
@@ -520,13 +520,7 @@ CHILDREN = {"pieces": child_pieces, "fresh": child_fresh, "evicted": child_evict
 
 def in_child(name, params):
     """Runs case `name` in a new Python process; returns what it printed as JSON."""
-    run = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name,
-                          json.dumps(params)], capture_output=True, text=True,
-                         env=dict(os.environ, TMPDIR=params["tmp"]))
-    if run.returncode != 0:
-        sys.stderr.write(run.stderr)
-        raise SystemExit(f"the {name} case failed (exit status {run.returncode})")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return in_children(name, [params])[0]
 
 
 def in_children(name, params_list):
@@ -765,9 +759,8 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
             for w, share in enumerate(shares):
                 digests[w::base["workers"]] = share["digests"]
             if combine(digests) != got["loader"]["samples"]:
-                raise SystemExit("the worker processes' floor gathered other batches than "
-                                 "mmnpz.Loader")
-            got["floor"] = {"seconds": max(x["seconds"] for x in shares),
+                raise SystemExit("the plain processes gathered other batches than mmnpz.Loader")
+            got["plain"] = {"seconds": max(x["seconds"] for x in shares),
                             "excerpts": torch_batches * BATCH}
             raw.setdefault("torch", []).append(got)
         if "open" in cases or "access" in cases:
@@ -913,18 +906,18 @@ def summarize(raw, cases, notes):
                      f"cache; whole run: construction to the last batch; steady state: "
                      f"from the first batch to the last; torch intra-op threads in the "
                      f"consumer: {r[0]['torch'].get('torch_threads', '?')}")
-        if all("floor" in x for x in r):
-            floor = [whole(x["floor"]) for x in r]
+        if all("plain" in x for x in r):
+            plain = [whole(x["plain"]) for x in r]
             workers = r[0]["torch"].get("workers", 2)
             notes.append(
-                f"torch, the most separate worker processes reach: {workers} fresh "
+                f"torch, what separate worker processes reach with no IPC: {workers} plain "
                 f"processes at once, each gathering 1/{workers} of the same batches on 1 "
-                f"thread and summing them, no IPC (each opens the dataset and faults or reads "
-                f"in its own mapping of the archive, where the Loader does it once): "
-                f"{max(floor):,.0f} excerpts/s, "
-                + ", ".join(f"{f / whole(x['loader']):.0%}" for f, x in zip(floor, r))
+                f"thread and summing them (each opens the dataset and faults or reads in its "
+                f"own mapping of the archive, where the Loader does it once): "
+                f"{max(plain):,.0f} excerpts/s, "
+                + ", ".join(f"{f / whole(x['loader']):.0%}" for f, x in zip(plain, r))
                 + " of the Loader in each run; the torch loader reached "
-                + ", ".join(f"{whole(x['torch']) / f:.0%}" for f, x in zip(floor, r))
+                + ", ".join(f"{whole(x['torch']) / f:.0%}" for f, x in zip(plain, r))
                 + " of it")
     if "open" in raw:
         r = raw["open"]
