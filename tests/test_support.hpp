@@ -112,9 +112,6 @@ inline std::string cut_while_running(const std::string& path, std::uint64_t cut,
   return what.empty() ? said : what;
 }
 
-/// Whether `what` is the error of reading `path` at some offset after it was cut to `cut`
-/// bytes: "<path> at offset X: the archive was truncated after it was opened: the file now
-/// ends at byte <cut>".
 /// True when the kernel backs memory advised MADV_HUGEPAGE with transparent huge pages
 /// (/sys/kernel/mm/transparent_hugepage/enabled reads "[always]" or "[madvise]").
 inline bool huge_pages_on_advice() {
@@ -143,6 +140,9 @@ inline long minor_faults() {
   return u.ru_minflt;
 }
 
+/// Whether `what` is the error of reading `path` at some offset after it was cut to `cut`
+/// bytes: "<path> at offset X: the archive was truncated after it was opened: the file now
+/// ends at byte <cut>".
 inline bool is_cut_error(const std::string& what, const std::string& path, std::uint64_t cut) {
   const std::string head = path + " at offset ";
   const std::string tail =

@@ -354,8 +354,7 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
   detail::reserve_huge(s->items, total);
   detail::reserve_huge(s->name_ends, total);
   detail::reserve_huge(s->lengths, total);
-  s->member_names.reserve(name_bytes);
-  detail::advise_huge_pages(s->member_names.data(), s->member_names.capacity());
+  detail::reserve_huge(s->member_names, name_bytes);
   auto add = [&](std::size_t sh, std::size_t k) {
     dataset_item it = per_shard[sh].items[k];
     it.layout = global_layout[sh][it.layout];

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
-#include <vector>
 
 namespace mmnpz::detail {
 
@@ -31,12 +30,12 @@ std::pair<std::uintptr_t, std::uintptr_t> whole_huge_pages(const void* p, std::s
 /// kernel without THP, THP disabled) is ignored: it is only advice.
 void advise_huge_pages(void* p, std::size_t n);
 
-/// Reserves room for at least `n` elements in `v` and advises its storage for huge pages: for a
-/// vector about to be filled with about `n` elements.
-template <class T, class Alloc>
-void reserve_huge(std::vector<T, Alloc>& v, std::size_t n) {
+/// Reserves room for at least `n` elements in `v` (a std::vector or std::string) and advises
+/// its storage for huge pages: for a container about to be filled with about `n` elements.
+template <class Container>
+void reserve_huge(Container& v, std::size_t n) {
   v.reserve(n);
-  advise_huge_pages(v.data(), v.capacity() * sizeof(T));
+  advise_huge_pages(v.data(), v.capacity() * sizeof(typename Container::value_type));
 }
 
 }  // namespace mmnpz::detail
