@@ -539,8 +539,11 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     prefetch_factor`` batches ahead of the consumer, and gathers it into a free slot (one it
     wrote before, given back last: its pages are mapped and likely in a CPU cache); only
     semaphores cross between the processes. Which process gathers a batch never changes its
-    bytes. A batch the main process needs that no worker has claimed yet (while the workers
-    start: a spawned one takes a second or two) is gathered by the main process itself. The
+    bytes. The workers start at the pass's first ``next()``, once the main process has
+    gathered that batch itself (forked workers inherit what it learned of the costs of reads
+    and page faults, for ``io="auto"``), and a batch the main process needs that no worker has claimed
+    yet (while they start: a spawned one takes a second or two) is gathered by the main
+    process too. The
     batch's tensors in the main process rest on that slot until the last of them (or of
     their views) is gone, and only then may it be reused. When the main process holds every
     slot (a consumer keeping batches), a worker sends the next batch in a new shared-memory
@@ -729,8 +732,8 @@ class _Workers:
         self._ahead = self._num_workers * self._prefetch
         self._mmnpz_ring = _Ring(self._ahead + 3, batches._slot_bytes())
         self._workers = []
+        self._started = False  # the workers start at the pass's first batch (__next__)
         self._next = self._end = 0
-        self._start_workers()
         self._reset(loader, first_iter=True)
 
     def _start_workers(self):
@@ -779,16 +782,22 @@ class _Workers:
 
     def _reset(self, loader, first_iter=False):
         """Begins a pass (the epoch that ExcerptBatches chooses): persistent workers are told
-        to go on, unless the last pass was left before its end (they are restarted then)."""
+        to go on, unless the last pass was left before its end (new ones start then, at the
+        pass's first batch)."""
         if not first_iter and (self._next < self._end or not self._workers):
             self._stop_workers()
-            self._start_workers()
+            self._started = False
         epoch, first = self._batches._begin_pass()
         self._epoch, self._first, self._next, self._end = epoch, first, first, len(self._batches)
+        if self._started:
+            self._begin_pass(first)
+
+    def _begin_pass(self, unclaimed):
+        """Starts the workers on the pass: its batches from ``unclaimed`` on are to claim."""
         # Under the claim lock: a worker still claiming in the last pass sees a new one.
         self._wait(lambda timeout: self._claim.acquire(timeout=timeout))
         control = self._control_np
-        control[[_EPOCH, _FIRST, _END, _NEXT]] = epoch, first, self._end, first
+        control[[_EPOCH, _FIRST, _END, _NEXT]] = self._epoch, self._first, self._end, unclaimed
         control[_PASS] += 1
         self._claim.release()
         for semaphore in self._start:
@@ -833,7 +842,7 @@ class _Workers:
             return False
 
     def __next__(self):
-        if self._next >= self._end or not self._workers:
+        if self._next >= self._end or (self._started and not self._workers):
             if self._workers:
                 self._check_workers()  # a worker that died with no batch claimed
             if not self._persistent:
@@ -841,7 +850,20 @@ class _Workers:
             raise StopIteration
         b = self._next
         row = (b - self._first) % self._ahead
-        if self._ready[row].acquire(False):
+        if not self._started:
+            # The workers start now, after the main process has gathered this batch (when it
+            # may): it does not wait for them, and forked ones inherit what this process
+            # learned of the costs of gathering (io="auto": reads or page faults).
+            self._started = True
+            here = self.gathers_unclaimed
+            if here:
+                batch = self._gather_here(b, self._mmnpz_ring.take(self._num_workers))
+            self._start_workers()
+            self._begin_pass(b + 1 if here else b)
+            if not here:
+                self._wait(lambda timeout: self._ready[row].acquire(timeout=timeout))
+                batch = self._from_worker(row, b)
+        elif self._ready[row].acquire(False):
             batch = self._from_worker(row, b)
         else:
             here, slot = self._claim_here(b)

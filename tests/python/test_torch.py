@@ -475,8 +475,8 @@ def test_no_shared_memory_is_left_once_the_loader_is_gone(shards, context, persi
     pids = [os.getpid()]
     for _ in range(2):
         it = iter(workers)
-        pids += [w.pid for w in it._iterator._workers]
         kept = take(it, 20)  # beyond the ring: some batches in new segments
+        pids += [w.pid for w in it._iterator._workers]
         assert shared_memory_held([])[:2] != before[:2]
         del it
     del workers, batches
@@ -656,6 +656,7 @@ def test_the_main_process_gathers_the_batches_no_worker_has_claimed(shards, tmp_
     batches = many_batches(shards)
     it = iter(loader(batches, num_workers=2, multiprocessing_context=context, timeout=5,
                      worker_init_fn=functools.partial(_wait_for_go, tmp_path)))
+    assert it._iterator._workers == []  # they start once the first batch is gathered
     got = take(it, 32)
     (tmp_path / "go").touch()
     for g, w in zip(got, epoch_batches(batches, 0)):
@@ -690,9 +691,10 @@ def test_persistent_workers_restart_after_a_pass_left_early(shards):
     workers = loader(batches, num_workers=2, multiprocessing_context="fork",
                      persistent_workers=True)
     it = iter(workers)
-    pids = [w.pid for w in it._iterator._workers]
     for got, w in zip(take(it, 3), want[0]):  # left after 3 of 32 batches
         assert_same_batch(got, w)
+    pids = [w.pid for w in it._iterator._workers]  # started at the first batch
+    assert len(pids) == 2
     second = list(workers)  # new workers: the old ones were mid-pass
     assert [w.pid for w in workers._iterator._workers] != pids
     pids = [w.pid for w in workers._iterator._workers]
@@ -764,6 +766,7 @@ os.register_at_fork(after_in_child=hold)
 it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_size=2,
                              pad="fill", num_workers=2, multiprocessing_context={method!r},
                              persistent_workers=True))
+next(it)  # the workers start at the first batch
 print(" ".join(str(w.pid) for w in it._iterator._workers), flush=True)
 os._exit(0)
 """
