@@ -167,6 +167,12 @@ class _Ring:
             if int(slot) not in self._held:
                 flags[slot] = 0
 
+    def forget_writers(self, keep):
+        """Clears which workers wrote each slot but worker ``keep``'s (main side, when new
+        worker processes start: their page tables map nothing yet)."""
+        mapped = self._arrays()[3]
+        mapped &= 1 << (keep % 63)
+
     def slot(self, slot):
         """The bytes of a slot as a uint8 array resting on a memoryview of its own."""
         start = slot * self.slot_bytes
@@ -738,6 +744,7 @@ class _Workers:
 
     def _start_workers(self):
         context, workers, ahead = self._context, self._num_workers, self._ahead
+        self._mmnpz_ring.forget_writers(keep=workers)  # the main process's own bit
         self._control = _shared_empty((6,), torch.int64).zero_()
         self._mailbox = _shared_empty((ahead, 2), torch.int64).zero_()
         self._control_np, self._mailbox_np = self._control.numpy(), self._mailbox.numpy()

@@ -531,6 +531,9 @@ def test_a_worker_takes_a_free_slot_it_wrote_before_the_one_given_back_last_firs
     assert ring.flags.tolist() == [1] * 5
     ring.untake(2)  # a worker's batch that went by its queue
     assert ring.take(1) == 2
+    ring.mapped[3] = 0b111  # written by workers 0 and 1 and (bit 2) the main process
+    ring.forget_writers(keep=2)  # new workers started
+    assert ring.mapped.tolist() == [0, 0, 0, 0b100, 0]
 
 
 def _note_worker(directory):
