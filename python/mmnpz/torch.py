@@ -11,11 +11,10 @@ Use it with ``DataLoader(batches, batch_size=None)``, or :func:`loader`. Picklin
 DataLoader workers) sends the archive names and options only: a worker opens the archives
 itself, and gathers into a tensor in shared memory so that the batch reaches the main process
 without another copy. Under :func:`loader` the workers are mmnpz's own (torch's per-batch
-queues cost about as much as the gather itself): each claims the pass's next batch whenever
-it is free and gathers it into a ring of buffers made once for the loader, only semaphores
-pass between the processes, and a slot is reused once the main process has let go of every
-tensor of its batch. While the workers start, the main process gathers the batches it needs
-itself. This module imports torch; ``import mmnpz`` does not.
+queues cost about as much as the gather itself): each gathers its share of the batches into a
+ring of buffers made once per worker, only semaphores pass between the processes, and a slot
+is reused once the main process has let go of every tensor of its batch. This module imports
+torch; ``import mmnpz`` does not.
 """
 
 import collections.abc
@@ -78,38 +77,31 @@ def _aligned(n, to=_ALIGN):
 class _Ring:
     """Output memory for the batches of one loader's workers, made once in the main process
     before the workers start (forked ones inherit it, spawned ones receive it pickled, as
-    torch shares tensors): ``slots`` buffers of ``slot_bytes`` in one shared tensor, used by
-    every worker, and a shared int32 flag per slot, 0 when free, 1 when lent.
+    torch shares tensors): ``slots`` buffers of ``slot_bytes`` per worker in one shared
+    tensor, and a shared int32 flag per slot, 0 when free, 1 when lent.
 
-    A worker takes a free slot that it wrote before, if it has one, else one another worker
-    wrote, else one never used: a slot's pages cost a page fault in each process the first
-    time it touches them (several µs a page, and the first touch of all also allocates and
-    zeroes it), so each worker keeps to slots its page tables map already, and memory is
-    only added when the batches in flight need it. ``mapped`` holds which workers wrote each
-    slot (bit w % 63 for worker w). Among those, it takes the slot released last: its bytes
-    are the likeliest to be still in a CPU cache (a batch is megabytes, and writing over
-    memory that has left the caches costs the worker about half as much again as the copy
-    itself). ``released`` holds the order in which the main process gave the slots back.
+    A worker takes the free slot released last: its bytes are the likeliest to be still in a
+    CPU cache (a batch is megabytes, and writing over memory that has left the caches costs
+    the worker about half as much again as the copy itself). ``released`` holds the order in
+    which the main process gave the slots back.
 
-    Only a worker sets a flag (when it takes the slot for a batch, holding the workers' claim
-    lock, so that two never take one slot), and the main process clears it: when the last
-    tensor of the batch made on the slot is gone (a weak reference to the memoryview all of
-    them rest on, so no reference counting), or once the workers have stopped, for slots they
-    took for batches never handed out (reclaim). A worker clears the flag of a slot it took
-    only when the slot did not leave it (its gather failed, or the batch went by its queue).
-    The stores of the next batch cannot pass the main process's last reads of the slot:
-    there, the flag is cleared after torch's atomic (acquire-release) drop of the storage
-    reference; in the worker, the slot is written only once its flag was read as 0 (a control
-    dependency: no CPU makes a store visible ahead of the branch it depends on)."""
+    Only the worker sets a flag (when it takes the slot for a batch), and the main process
+    clears it: when the last tensor of the batch made on the slot is gone (a weak reference to
+    the memoryview all of them rest on, so no reference counting), or once the workers have
+    stopped, for slots they took for batches never handed out (reclaim). A worker clears the
+    flag of a slot it took only when its gather failed before the slot left it. The stores of
+    the next batch cannot pass the main process's last reads of the slot: there, the flag is
+    cleared after torch's atomic (acquire-release) drop of the storage reference; in the
+    worker, the slot is written only once its flag was read as 0 (a control dependency: no
+    CPU makes a store visible ahead of the branch it depends on)."""
 
-    def __init__(self, slots, slot_bytes):
+    def __init__(self, workers, slots, slot_bytes):
         self.slots, self.slot_bytes = slots, slot_bytes
-        self.memory = _shared_empty((slots * slot_bytes,), torch.uint8)
-        self.flags = _shared_empty((slots,), torch.int32).zero_()
-        self.released = _shared_empty((slots,), torch.int64).zero_()
-        self.mapped = _shared_empty((slots,), torch.int64).zero_()
+        self.memory = _shared_empty((workers * slots * slot_bytes,), torch.uint8)
+        self.flags = _shared_empty((workers, slots), torch.int32).zero_()
+        self.released = _shared_empty((workers, slots), torch.int64).zero_()
         self._releases = itertools.count(1)
-        self._held = set()  # slots of batches the main process handed out
+        self._held = set()  # (worker, slot) of batches the main process handed out
         self._views = None
 
     def __getstate__(self):
@@ -121,61 +113,50 @@ class _Ring:
 
     def _arrays(self):
         if self._views is None:
-            self._views = (self.memory.numpy(), self.flags.numpy(), self.released.numpy(),
-                           self.mapped.numpy())
+            self._views = self.memory.numpy(), self.flags.numpy(), self.released.numpy()
         return self._views
 
     def take(self, worker):
-        """The free slot that ``worker`` should write next (see above), now lent, or None
-        when all are lent (worker side, holding the claim lock)."""
-        _, flags, released, mapped = self._arrays()
-        bit = 1 << (worker % 63)
-        best = key = None
-        for s, (lent, order, writers) in enumerate(zip(flags.tolist(), released.tolist(),
-                                                       mapped.tolist())):
-            if not lent:
-                rank = (2 if writers & bit else 1 if writers else 0, order)
-                if best is None or rank > key:
-                    best, key = s, rank
-        if best is not None:
-            flags[best] = 1
-            mapped[best] |= bit
-        return best
+        """The free slot of ``worker``'s released last, now lent (worker side), or None when
+        all are lent."""
+        _, flags, released = self._arrays()
+        flags, order = flags[worker], released[worker].tolist()
+        slot = None
+        for s, lent in enumerate(flags.tolist()):
+            if not lent and (slot is None or order[s] > order[slot]):
+                slot = s
+        if slot is not None:
+            flags[slot] = 1
+        return slot
 
-    def untake(self, slot):
+    def untake(self, worker, slot):
         """Frees a slot taken but never handed to the main process (worker side)."""
-        self._arrays()[1][slot] = 0
+        self._arrays()[1][worker, slot] = 0
 
-    def lend(self, slot):
+    def lend(self, worker, slot):
         """Notes that the main process handed out the batch in the slot (main side)."""
-        self._held.add(slot)
+        self._held.add((worker, slot))
 
-    def give_back(self, slot):
+    def give_back(self, worker, slot):
         """Frees a slot once the batch handed out from it is gone (main side)."""
-        _, flags, released, _ = self._arrays()
+        _, flags, released = self._arrays()
         if self._releases is not None:
-            released[slot] = next(self._releases)
+            released[worker, slot] = next(self._releases)
         if self._held is not None:
-            self._held.discard(slot)
-        flags[slot] = 0
+            self._held.discard((worker, slot))
+        flags[worker, slot] = 0
 
     def reclaim(self):
         """Frees the slots that stopped workers took for batches the main process never got
         (main side, once those workers have exited)."""
         flags = self._arrays()[1]
-        for slot in np.nonzero(flags)[0]:
-            if int(slot) not in self._held:
-                flags[slot] = 0
+        for worker, slot in zip(*np.nonzero(flags)):
+            if (int(worker), int(slot)) not in self._held:
+                flags[worker, slot] = 0
 
-    def forget_writers(self, keep):
-        """Clears which workers wrote each slot but worker ``keep``'s (main side, when new
-        worker processes start: their page tables map nothing yet)."""
-        mapped = self._arrays()[3]
-        mapped &= 1 << (keep % 63)
-
-    def slot(self, slot):
+    def slot(self, worker, slot):
         """The bytes of a slot as a uint8 array resting on a memoryview of its own."""
-        start = slot * self.slot_bytes
+        start = (worker * self.slots + slot) * self.slot_bytes
         return np.frombuffer(memoryview(self._arrays()[0])[start:start + self.slot_bytes],
                              np.uint8)
 
@@ -539,25 +520,17 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     With workers, the batches do not travel through torch's worker queues: each iterator
     starts its own worker processes (with the loader's ``multiprocessing_context``,
     ``worker_init_fn``, seeds and ``torch.utils.data.get_worker_info()`` as torch sets them)
-    and one ring of shared buffers, ``num_workers * prefetch_factor + 3`` batches. Each
-    worker claims the pass's next batch whenever it is free (so that one worker held up, by
-    the disk or the scheduler, does not hold up the others), at most ``num_workers *
-    prefetch_factor`` batches ahead of the consumer, and gathers it into a free slot (one it
-    wrote before, given back last: its pages are mapped and likely in a CPU cache); only
-    semaphores cross between the processes. Which process gathers a batch never changes its
-    bytes. The workers start at the pass's first ``next()``, once the main process has
-    gathered that batch itself (forked workers inherit what it learned of the costs of reads
-    and page faults, for ``io="auto"``), and a batch the main process needs that no worker has claimed
-    yet (while they start: a spawned one takes a second or two) is gathered by the main
-    process too. The
-    batch's tensors in the main process rest on that slot until the last of them (or of
-    their views) is gone, and only then may it be reused. When the main process holds every
-    slot (a consumer keeping batches), a worker sends the next batch in a new shared-memory
+    and one ring of shared buffers, ``prefetch_factor + 2`` batches per worker. Worker w
+    gathers batches w, w + num_workers, ... of the pass, each into the free slot given back
+    last (the likeliest to be in a CPU cache), at most ``prefetch_factor`` ahead of the
+    consumer, and only semaphores cross between the processes. The batch's tensors in the
+    main process rest on that slot until the last of them (or of their views) is gone, and
+    only then may the worker reuse it. When the main process holds every slot of a worker (a
+    consumer keeping batches), the worker sends the next batch in a new shared-memory
     segment, as a DataLoader does by default. A worker's exception is raised in the main
-    process with its traceback; a worker that dies is a RuntimeError when the main process
-    next waits for a batch or gathers one itself (at the latest at the end of the pass), and
-    so is ``timeout`` seconds without a batch. Persistent workers wait for the next pass; a
-    pass left before its end stops them, and the next pass starts new ones.
+    process with its traceback; a worker that dies, or ``timeout`` seconds without a batch,
+    is a RuntimeError. Persistent workers wait for the next pass; a pass left before its end
+    stops them, and the next pass starts new ones.
     """
 
     def __init__(self, dataset, **options):
@@ -615,24 +588,20 @@ class ExcerptLoader(torch.utils.data.DataLoader):
 # Seconds between checks that the other side of a worker protocol still lives (torch's
 # MP_STATUS_CHECK_INTERVAL).
 _POLL = 5.0
-# Seconds the main process waits for a batch before it first checks that the workers live.
-_QUICK = 0.001
-# A _Workers control array (shared int64): the pass (epoch, first batch, end, and a number
-# new for each), the next batch to claim, and stop.
-_EPOCH, _FIRST, _END, _PASS, _NEXT, _STOP = range(6)
+# A _Workers control array (shared int64): the pass (a new generation each), and stop.
+_EPOCH, _FIRST, _END, _STOP = range(4)
 # Mailbox codes besides a slot number: the batch or the worker's exception is in its queue.
 _BY_QUEUE, _FAILED = -1, -2
 
 
-def _worker_loop(batches, ring, control, mailbox, claim, start, credit, ready, queue, worker,
+def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, worker,
                  workers, base_seed, init_fn):
     """Worker process ``worker`` of a _Workers: for each pass the main process starts (via
-    ``control`` and ``start``), claims the pass's next batch (``control[_NEXT]``, under the
-    lock ``claim``, shared by the workers) each time ``credit`` (shared too) allows one more,
-    gathers it into a free slot of ``ring`` (or, when none is free or the batch's layout is
-    only known once gathered, sends it through ``queue``), writes where it is in the batch's
-    row of ``mailbox`` and releases the row's semaphore in ``ready``, until every batch of the
-    pass is claimed. Returns when the loader stops or the main process is gone."""
+    ``control`` and ``start``), gathers batches first + worker, first + worker + workers, ...
+    into free slots of ``ring`` (or, when none is free or the batch's layout is only known
+    once gathered, sends it through ``queue``), each once ``credit`` allows it, writes where
+    it is in ``mailbox`` and releases ``ready``. Returns when the loader stops or the main
+    process is gone."""
     from torch.utils.data._utils import worker as torch_worker
 
     # The main process is gone when its sentinel (a pipe or socket it holds open, under every
@@ -659,7 +628,7 @@ def _worker_loop(batches, ring, control, mailbox, claim, start, credit, ready, q
     except Exception:
         failed = ExceptionWrapper(where=where)
     control, mailbox = control.numpy(), mailbox.numpy()
-    rows = mailbox.shape[0]
+    prefetch = mailbox.shape[1]
     queue.cancel_join_thread()  # a worker stopped with batches unread must not hang exiting
 
     def wait(semaphore):  # False once the loader stops or its process is gone
@@ -670,43 +639,29 @@ def _worker_loop(batches, ring, control, mailbox, claim, start, credit, ready, q
 
     try:
         while wait(start):
-            if not wait(claim):  # the main process sets a pass holding it
-                return
-            epoch, first, end, this_pass = (int(x) for x in
-                                            control[[_EPOCH, _FIRST, _END, _PASS]])
-            claim.release()
-            while True:
-                if not wait(credit) or not wait(claim):
+            epoch, first, end = (int(x) for x in control[[_EPOCH, _FIRST, _END]])
+            for k, b in enumerate(range(first + worker, end, workers)):
+                if not wait(credit):
                     return
-                b, slot = end, None
-                if control[_PASS] == this_pass:  # else a new pass began: this one is over
-                    b = int(control[_NEXT])
-                if b < end:
-                    control[_NEXT] = b + 1
-                    slot = ring.take(worker)
-                claim.release()
-                if b >= end:  # every batch of the pass is claimed
-                    credit.release()
-                    break
-                code = _FAILED
+                code, slot = _FAILED, None
                 try:
                     if failed is not None:
                         raise RuntimeError("worker_init_fn failed")
                     indices, starts = batches._sample(epoch, b)
                     layouts = batches._layouts_of(indices)
-                    if slot is not None and None not in layouts:
-                        batches._gather_into(ring.slot(slot), indices, starts, layouts)
+                    slot = None if None in layouts else ring.take(worker)
+                    if slot is not None:
+                        batches._gather_into(ring.slot(worker, slot), indices, starts, layouts)
                         code, slot = slot, None
                     else:
                         queue.put(batches._batch(epoch, b, shared=True))
                         code = _BY_QUEUE
                 except Exception:
+                    if slot is not None:
+                        ring.untake(worker, slot)
                     queue.put(failed or ExceptionWrapper(where=where))
-                if slot is not None:
-                    ring.untake(slot)
-                row = (b - first) % rows
-                mailbox[row] = worker, code
-                ready[row].release()
+                mailbox[worker, k % prefetch] = code
+                ready.release()
     except KeyboardInterrupt:
         pass  # Ctrl-C reaches the whole process group: the main process reports it
 
@@ -714,10 +669,6 @@ def _worker_loop(batches, ring, control, mailbox, claim, start, credit, ready, q
 class _Workers:
     """The iterator of an ExcerptLoader with workers: its own worker processes (see
     ExcerptLoader) and the main process's side of their protocol."""
-
-    # Whether the main process gathers a batch that it needs and no worker has claimed
-    # (tests turn it off to see what the workers do alone).
-    gathers_unclaimed = True
 
     def __init__(self, loader):
         batches = self._batches = loader.dataset
@@ -732,34 +683,28 @@ class _Workers:
         self._init_fn = loader.worker_init_fn
         self._base_seed = torch.empty((), dtype=torch.int64).random_(
             generator=loader.generator).item()
-        # Batches claimed and not yet taken, at most (torch's prefetch_factor per worker):
-        # the slots they need, and three more. A loop holds the batch it was given and the
-        # one before until next() returns, and a consumer may keep one more.
-        self._ahead = self._num_workers * self._prefetch
-        self._mmnpz_ring = _Ring(self._ahead + 3, batches._slot_bytes())
+        self._mmnpz_ring = _Ring(self._num_workers, self._prefetch + 2, batches._slot_bytes())
         self._workers = []
-        self._started = False  # the workers start at the pass's first batch (__next__)
         self._next = self._end = 0
+        self._start_workers()
         self._reset(loader, first_iter=True)
 
     def _start_workers(self):
-        context, workers, ahead = self._context, self._num_workers, self._ahead
-        self._mmnpz_ring.forget_writers(keep=workers)  # the main process's own bit
-        self._control = _shared_empty((6,), torch.int64).zero_()
-        self._mailbox = _shared_empty((ahead, 2), torch.int64).zero_()
+        context, workers, prefetch = self._context, self._num_workers, self._prefetch
+        self._control = _shared_empty((4,), torch.int64).zero_()
+        self._mailbox = _shared_empty((workers, prefetch), torch.int64).zero_()
         self._control_np, self._mailbox_np = self._control.numpy(), self._mailbox.numpy()
-        self._claim = context.Lock()
         self._start = [context.Semaphore(0) for _ in range(workers)]
-        self._credit = context.Semaphore(ahead)
-        self._ready = [context.Semaphore(0) for _ in range(ahead)]
+        self._credit = [context.Semaphore(prefetch) for _ in range(workers)]
+        self._ready = [context.Semaphore(0) for _ in range(workers)]
         self._queues = [context.Queue() for _ in range(workers)]
         try:
             for w in range(workers):
                 process = context.Process(
                     target=_worker_loop, daemon=True,
                     args=(self._batches, self._mmnpz_ring, self._control, self._mailbox,
-                          self._claim, self._start[w], self._credit, self._ready,
-                          self._queues[w], w, workers, self._base_seed, self._init_fn))
+                          self._start[w], self._credit[w], self._ready[w], self._queues[w], w,
+                          workers, self._base_seed, self._init_fn))
                 process.start()
                 self._workers.append(process)
         except BaseException:
@@ -772,10 +717,8 @@ class _Workers:
         if not self._workers:
             return
         self._control_np[_STOP] = 1
-        for semaphore in self._start:
+        for semaphore in self._start + self._credit:
             semaphore.release()
-        for _ in self._workers:
-            self._credit.release()
         for process in self._workers:
             process.join(timeout=_POLL)
             if process.is_alive():
@@ -789,24 +732,13 @@ class _Workers:
 
     def _reset(self, loader, first_iter=False):
         """Begins a pass (the epoch that ExcerptBatches chooses): persistent workers are told
-        to go on, unless the last pass was left before its end (new ones start then, at the
-        pass's first batch)."""
+        to go on, unless the last pass was left before its end (they are restarted then)."""
         if not first_iter and (self._next < self._end or not self._workers):
             self._stop_workers()
-            self._started = False
+            self._start_workers()
         epoch, first = self._batches._begin_pass()
         self._epoch, self._first, self._next, self._end = epoch, first, first, len(self._batches)
-        if self._started:
-            self._begin_pass(first)
-
-    def _begin_pass(self, unclaimed):
-        """Starts the workers on the pass: its batches from ``unclaimed`` on are to claim."""
-        # Under the claim lock: a worker still claiming in the last pass sees a new one.
-        self._wait(lambda timeout: self._claim.acquire(timeout=timeout))
-        control = self._control_np
-        control[[_EPOCH, _FIRST, _END, _NEXT]] = self._epoch, self._first, self._end, unclaimed
-        control[_PASS] += 1
-        self._claim.release()
+        self._control_np[[_EPOCH, _FIRST, _END]] = epoch, first, self._end
         for semaphore in self._start:
             semaphore.release()
 
@@ -816,27 +748,19 @@ class _Workers:
     def __len__(self):
         return len(self._batches)
 
-    def _check_workers(self):
-        """RuntimeError (the workers stopped) when a worker has exited."""
-        for process in self._workers:
-            if not process.is_alive():
-                self._stop_workers()
-                raise RuntimeError(f"DataLoader worker (pid {process.pid}) exited unexpectedly "
-                                   f"with exit code {process.exitcode}")
-
-    def _wait(self, take):
-        """take(timeout) until it returns True (a batch is ready, or its queue item here),
-        checking meanwhile that the workers live (whenever the wait is not short), and the
-        loader's timeout."""
-        if take(_QUICK):
-            return
-        self._check_workers()
+    def _wait(self, w, take):
+        """take(timeout) until it returns True (the worker's batch is ready, or its queue
+        item here), checking meanwhile that worker w lives and the loader's timeout."""
         deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
         while True:
             wait = _POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))
             if take(wait):
                 return
-            self._check_workers()
+            process = self._workers[w]
+            if not process.is_alive():
+                self._stop_workers()
+                raise RuntimeError(f"DataLoader worker (pid {process.pid}) exited unexpectedly "
+                                   f"with exit code {process.exitcode}")
             if deadline is not None and time.monotonic() >= deadline:
                 self._stop_workers()
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
@@ -849,102 +773,33 @@ class _Workers:
             return False
 
     def __next__(self):
-        if self._next >= self._end or (self._started and not self._workers):
-            if self._workers:
-                self._check_workers()  # a worker that died with no batch claimed
+        if self._next >= self._end or not self._workers:
             if not self._persistent:
                 self._stop_workers()
             raise StopIteration
-        b = self._next
-        row = (b - self._first) % self._ahead
-        if not self._started:
-            # The workers start now, after the main process has gathered this batch (when it
-            # may): it does not wait for them, and forked ones inherit what this process
-            # learned of the costs of gathering (io="auto": reads or page faults).
-            self._started = True
-            here = self.gathers_unclaimed
-            if here:
-                batch = self._gather_here(b, self._mmnpz_ring.take(self._num_workers))
-            self._start_workers()
-            self._begin_pass(b + 1 if here else b)
-            if not here:
-                self._wait(lambda timeout: self._ready[row].acquire(timeout=timeout))
-                batch = self._from_worker(row, b)
-        elif self._ready[row].acquire(False):
-            batch = self._from_worker(row, b)
-        else:
-            here, slot = self._claim_here(b)
-            if here:
-                batch = self._gather_here(b, slot)
-            else:
-                self._wait(lambda timeout: self._ready[row].acquire(timeout=timeout))
-                batch = self._from_worker(row, b)
-        self._next += 1
-        if self._pin_memory:
-            batch = pin_memory(batch, self._pin_device)
-        return batch
-
-    def _from_worker(self, row, b):
-        """Batch b, which a worker gathered and noted in row ``row`` of the mailbox."""
-        w, code = (int(x) for x in self._mailbox_np[row])
+        b, ring = self._next, self._mmnpz_ring
+        w, k = (b - self._first) % self._num_workers, (b - self._first) // self._num_workers
+        self._wait(w, lambda timeout: self._ready[w].acquire(timeout=timeout))
+        code = int(self._mailbox_np[w, k % self._prefetch])
         if code >= 0:
-            batch = self._on_slot(code, b)
+            memory = ring.slot(w, code)
+            ring.lend(w, code)
+            # Every tensor of the batch holds (through its numpy array) the memoryview under
+            # `memory`: when the last is gone the slot is free for the worker's next batch.
+            weakref.finalize(memory.base, ring.give_back, w, code).atexit = False
+            batch = self._batches._from_slot(memory, self._epoch, b)
         else:
             got = []
-            self._wait(lambda timeout: self._get(w, timeout, got))
+            self._wait(w, lambda timeout: self._get(w, timeout, got))
             batch = got[0]
             if isinstance(batch, ExceptionWrapper):
                 self._stop_workers()
                 batch.reraise()
-        self._credit.release()
+        self._credit[w].release()
+        self._next += 1
+        if self._pin_memory:
+            batch = pin_memory(batch, self._pin_device)
         return batch
-
-    def _on_slot(self, slot, b):
-        """Batch b, gathered into ``slot`` of the ring, lent until its tensors are gone."""
-        ring = self._mmnpz_ring
-        memory = ring.slot(slot)
-        ring.lend(slot)
-        # Every tensor of the batch holds (through its numpy array) the memoryview under
-        # `memory`: when the last is gone the slot is free for a worker's next batch.
-        weakref.finalize(memory.base, ring.give_back, slot).atexit = False
-        return self._batches._from_slot(memory, self._epoch, b)
-
-    def _claim_here(self, b):
-        """Claims batch b for the main process to gather itself when no worker has claimed
-        it (workers still starting, at the start of a pass: their share of the cores would
-        otherwise wait idle): (True, a free slot of the ring or None), else (False, None)."""
-        control = self._control_np
-        if not self.gathers_unclaimed or control[_NEXT] > b:  # a worker has it (batches
-            return False, None  # are claimed in order)
-        self._check_workers()  # one that died at its start would never claim a batch
-        self._wait(lambda timeout: self._claim.acquire(timeout=timeout))
-        try:
-            if control[_NEXT] > b:
-                return False, None
-            control[_NEXT] = b + 1
-            return True, self._mmnpz_ring.take(self._num_workers)
-        finally:
-            self._claim.release()
-
-    def _gather_here(self, b, slot):
-        """Batch b, gathered in this process: into ``slot`` of the ring (when not None and
-        the batch's layout is known before), else into new arrays. An error stops the
-        workers."""
-        batches, ring = self._batches, self._mmnpz_ring
-        try:
-            indices, starts = batches._sample(self._epoch, b)
-            layouts = batches._layouts_of(indices)
-            if slot is not None and None not in layouts:
-                batches._gather_into(ring.slot(slot), indices, starts, layouts)
-                slot, gathered = None, slot
-                return self._on_slot(gathered, b)
-            return batches._batch(self._epoch, b)
-        except BaseException:
-            self._stop_workers()
-            raise
-        finally:
-            if slot is not None:
-                ring.untake(slot)
 
     def __del__(self):
         if getattr(self, "_workers", None):
@@ -979,7 +834,7 @@ def loader(source, *, num_workers=0, multiprocessing_context=None, pin_memory=Fa
     ExcerptBatches). Each pass over the loader is a new epoch (or the one given to
     ``loader.dataset.set_epoch``); ``state_dict()`` / ``load_state_dict()`` resume mid-epoch.
     Workers may be spawned or forked; spawned ones open the archives themselves. Batches
-    from workers arrive through a ring of shared buffers reused once released (see
+    from workers arrive through rings of shared buffers reused once released (see
     ExcerptLoader).
     """
     if isinstance(source, ExcerptBatches):

@@ -475,8 +475,8 @@ def test_no_shared_memory_is_left_once_the_loader_is_gone(shards, context, persi
     pids = [os.getpid()]
     for _ in range(2):
         it = iter(workers)
-        kept = take(it, 20)  # beyond the ring: some batches in new segments
         pids += [w.pid for w in it._iterator._workers]
+        kept = take(it, 20)  # beyond the ring: some batches in new segments
         assert shared_memory_held([])[:2] != before[:2]
         del it
     del workers, batches
@@ -513,27 +513,14 @@ def test_workers_gathering_by_reads_or_through_the_mapping_give_the_same_batches
         many_batches(shards, io="mmap")
 
 
-def test_a_worker_takes_a_free_slot_it_wrote_before_the_one_given_back_last_first():
-    ring = mmnpz.torch._Ring(slots=5, slot_bytes=4096)
+def test_a_worker_takes_the_free_slot_given_back_last():
+    ring = mmnpz.torch._Ring(workers=2, slots=4, slot_bytes=4096)
     assert [ring.take(1) for _ in range(3)] == [0, 1, 2]
-    ring.give_back(0)
-    ring.give_back(1)
-    assert ring.take(1) == 1  # its own, given back last
-    assert ring.take(0) == 0  # another's: worker 0 wrote none, and 0 is worker 1's
-    assert ring.mapped.tolist() == [3, 2, 2, 0, 0]  # bit w: worker w wrote the slot
-    ring.give_back(1)
-    ring.give_back(0)
-    ring.give_back(2)
-    assert ring.take(0) == 0  # the only one of its own
-    assert ring.take(0) == 2  # then another's given back last, not 3 (never used)
-    assert [ring.take(1) for _ in range(3)] == [1, 3, 4]
-    assert ring.take(1) is None
-    assert ring.flags.tolist() == [1] * 5
-    ring.untake(2)  # a worker's batch that went by its queue
-    assert ring.take(1) == 2
-    ring.mapped[3] = 0b111  # written by workers 0 and 1 and (bit 2) the main process
-    ring.forget_writers(keep=2)  # new workers started
-    assert ring.mapped.tolist() == [0, 0, 0, 0b100, 0]
+    ring.give_back(1, 0)
+    ring.give_back(1, 1)
+    assert ring.take(0) == 0  # the other worker's slots are its own
+    assert [ring.take(1) for _ in range(4)] == [1, 0, 3, None]  # 3 was never lent
+    assert ring.flags[1].tolist() == [1, 1, 1, 1]
 
 
 def _note_worker(directory):
@@ -562,129 +549,57 @@ def _note_worker_in(directory, worker_id):
     _note_worker(directory)
 
 
-def _worker_1_first(directory, then, worker_id):
-    """A worker_init_fn: worker 1 notes that it started, then does then(); worker 0 waits for
-    the note and 0.1 s more, so that worker 1 claims the first batches of the pass (each
-    worker claims the next batch whenever it is free)."""
-    import time
-
+def _fail_in_worker_1(worker_id):
     if worker_id == 1:
-        (directory / "worker1").touch()
-        then()
-        return
-    deadline = time.monotonic() + 60
-    while not (directory / "worker1").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)
+        raise ValueError("no GPU for worker 1")
 
 
-def _fail():
-    raise ValueError("no GPU for worker 1")
+def _exit_in_worker_1(worker_id):
+    if worker_id == 1:
+        os._exit(3)
 
 
-def _exit():
-    os._exit(3)
+def _hang_in_worker_1(worker_id):
+    if worker_id == 1:
+        import time
+
+        time.sleep(60)
 
 
-def _exit_at_first_batch():
-    torch.utils.data.get_worker_info().dataset._gather_into = lambda *args: os._exit(3)
-
-
-def _hang_at_first_batch():
-    import time
-
-    torch.utils.data.get_worker_info().dataset._gather_into = lambda *args: time.sleep(60)
-
-
-def worker_1_first(shards, directory, then, **options):
-    """An iterator over many_batches with 2 forked workers, worker 1 doing then() first
-    (`directory`: a new one for the note), the main process gathering no batch itself (the
-    caller monkeypatches _Workers.gathers_unclaimed)."""
-    import functools
-
-    assert not mmnpz.torch._Workers.gathers_unclaimed
-    directory.mkdir()
-    return iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
-                       worker_init_fn=functools.partial(_worker_1_first, directory, then),
-                       **options))
-
-
-def test_a_worker_init_fn_error_is_raised_in_the_main_process(shards, tmp_path, monkeypatch):
-    monkeypatch.setattr(mmnpz.torch._Workers, "gathers_unclaimed", False)
-    it = worker_1_first(shards, tmp_path / "note", _fail)
+def test_a_worker_init_fn_error_is_raised_in_the_main_process(shards):
+    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_fail_in_worker_1))
+    next(it)  # batch 0: worker 0's
     with pytest.raises(ValueError, match=r"(?s)Caught ValueError in DataLoader worker process "
                                          r"1\..*no GPU for worker 1"):
-        next(it)  # batch 0: worker 1 claims it and gives its exception
-    assert it._iterator._workers == []
+        next(it)
 
 
-def test_a_worker_that_dies_or_hangs_is_an_error_not_a_wait_forever(shards, tmp_path,
-                                                                    monkeypatch):
+def test_a_worker_that_dies_or_hangs_is_an_error_not_a_wait_forever(shards, monkeypatch):
     monkeypatch.setattr(mmnpz.torch, "_POLL", 0.2)  # checks every 0.2 s, not 5
-    monkeypatch.setattr(mmnpz.torch._Workers, "gathers_unclaimed", False)
-    dies = r"DataLoader worker \(pid \d+\) exited unexpectedly with exit code 3"
-    it = worker_1_first(shards, tmp_path / "1", _exit_at_first_batch)
-    with pytest.raises(RuntimeError, match=dies):
-        next(it)  # batch 0, claimed by worker 1, never comes
-    # A worker that dies holding no batch: the pass goes on with the others, and the death
-    # is an error when the main process next waits, at the latest at the end of the pass.
-    it = worker_1_first(shards, tmp_path / "2", _exit)
-    got = []
-    with pytest.raises(RuntimeError, match=dies):
-        for batch in it:
-            got.append(batch)
-    for g, w in zip(got, epoch_batches(many_batches(shards), 0)):
-        assert_same_batch(g, w)
-    it = worker_1_first(shards, tmp_path / "3", _hang_at_first_batch, timeout=0.5)
+    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_exit_in_worker_1))
+    next(it)
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid \d+\) exited unexpectedly "
+                                           r"with exit code 3"):
+        next(it)
+    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_hang_in_worker_1, timeout=0.5))
+    next(it)
     with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0\.5 seconds"):
         next(it)
     assert it._iterator._workers == []  # stopped (the hung one terminated)
 
 
-def _wait_for_go(directory, worker_id):
-    import time
-
-    deadline = time.monotonic() + 10
-    while not (directory / "go").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_the_main_process_gathers_the_batches_no_worker_has_claimed(shards, tmp_path, context):
-    """Workers still starting (here: held in their worker_init_fn until the whole pass is
-    taken) leave the first batches to the main process, which gathers them itself, the same
-    batches, instead of waiting."""
-    import functools
-
-    batches = many_batches(shards)
-    it = iter(loader(batches, num_workers=2, multiprocessing_context=context, timeout=5,
-                     worker_init_fn=functools.partial(_wait_for_go, tmp_path)))
-    assert it._iterator._workers == []  # they start once the first batch is gathered
-    got = take(it, 32)
-    (tmp_path / "go").touch()
-    for g, w in zip(got, epoch_batches(batches, 0)):
-        assert_same_batch(g, w)
-    assert len(got) == 32
-    assert list(it) == []
-    ring = ring_of(it)
-    assert on_ring(got[0]["data"], ring)  # once every slot is held, new arrays
-    assert not on_ring(got[-1]["data"], ring)
-
-
-@pytest.mark.parametrize("main_gathers", [False, True])
-def test_an_archive_cut_under_the_workers_is_an_error_naming_the_member(tmp_path, monkeypatch,
-                                                                        main_gathers):
-    monkeypatch.setattr(mmnpz.torch._Workers, "gathers_unclaimed", main_gathers)
+def test_an_archive_cut_under_the_workers_is_an_error_naming_the_member(tmp_path):
     path = tmp_path / "cut.npz"
     rng = np.random.default_rng(0)
     np.savez(path, **{f"c{i}": rng.standard_normal((4000, 8)).astype(np.float32)
                       for i in range(8)})
     batches = ExcerptBatches(str(path), length=100, batch_size=4, seed=1)  # headers decoded
     os.truncate(path, os.path.getsize(path) // 3)
-    where = "" if main_gathers else r"in DataLoader worker process \d.*"  # or the main one
-    with pytest.raises(Exception, match=r"(?s)" + where + r"cut\.npz: member 'c\d\.npy' at "
-                                        r"offset \d+: .*the archive was truncated after it was "
-                                        r"opened"):
+    with pytest.raises(Exception, match=r"(?s)in DataLoader worker process \d.*cut\.npz.*c\d"
+                                        r".*the archive was truncated after it was opened"):
         list(loader(batches, num_workers=2, multiprocessing_context="fork"))
 
 
@@ -694,10 +609,9 @@ def test_persistent_workers_restart_after_a_pass_left_early(shards):
     workers = loader(batches, num_workers=2, multiprocessing_context="fork",
                      persistent_workers=True)
     it = iter(workers)
+    pids = [w.pid for w in it._iterator._workers]
     for got, w in zip(take(it, 3), want[0]):  # left after 3 of 32 batches
         assert_same_batch(got, w)
-    pids = [w.pid for w in it._iterator._workers]  # started at the first batch
-    assert len(pids) == 2
     second = list(workers)  # new workers: the old ones were mid-pass
     assert [w.pid for w in workers._iterator._workers] != pids
     pids = [w.pid for w in workers._iterator._workers]
@@ -769,7 +683,6 @@ os.register_at_fork(after_in_child=hold)
 it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_size=2,
                              pad="fill", num_workers=2, multiprocessing_context={method!r},
                              persistent_workers=True))
-next(it)  # the workers start at the first batch
 print(" ".join(str(w.pid) for w in it._iterator._workers), flush=True)
 os._exit(0)
 """
