@@ -353,11 +353,19 @@ def child_evicted(p):
             "resident_after": after, "resident_after_gather": loaded, "checksum": total}
 
 
+def cpu_seconds():
+    """CPU seconds (user + system) of this process and of its children waited for."""
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def child_loader(p):
     """mmnpz.Loader from construction to the last batch, summing each batch."""
     import mmnpz
 
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
     ds = open_spec(p)
     loader = mmnpz.Loader(ds, make_sampler(ds, p), BATCH)
 
@@ -367,7 +375,7 @@ def child_loader(p):
 
     seconds, first, count, samples = consume(loader, t0, p["batches"], take)
     return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
-            "samples": samples}
+            "samples": samples, "cpu_s": cpu_seconds() - cpu0}
 
 
 def consume(batches, t0, wanted, take):
@@ -434,7 +442,7 @@ def child_torch(p):
 
     import mmnpz.torch
 
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
     loader = mmnpz.torch.loader(p["spec"], length=LENGTH, batch_size=BATCH, kind="weighted",
                                 seed=p["seed"], num_samples=p["samples"],
                                 num_workers=p["workers"], **io_kw(p))
@@ -445,10 +453,14 @@ def child_torch(p):
         return batch["indices"].numpy(), batch["starts"].numpy()
 
     seconds, first, count, samples = consume(it, t0, p["batches"], take)
-    del it, loader  # the workers stop here, outside the clock
+    del it, loader  # the workers stop here (and are waited for), outside the clock
+    import gc
+
+    gc.collect()
+    cpu_s = cpu_seconds() - cpu0  # the workers' too: counted once they exited
     return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
             "samples": samples, "torch_threads": torch.get_num_threads(),
-            "workers": p["workers"]}
+            "workers": p["workers"], "cpu_s": cpu_s}
 
 
 def child_open(p):
@@ -906,6 +918,12 @@ def summarize(raw, cases, notes):
                      f"cache; whole run: construction to the last batch; steady state: "
                      f"from the first batch to the last; torch intra-op threads in the "
                      f"consumer: {r[0]['torch'].get('torch_threads', '?')}")
+        if all("cpu_s" in x["torch"] and "cpu_s" in x["loader"] for x in r):
+            notes.append(
+                "torch/Loader CPU seconds (user + system, from construction to the last "
+                "batch; the torch loader's workers' until they exited) in each run: "
+                + ", ".join(f"{x['torch']['cpu_s']:.2f} against {x['loader']['cpu_s']:.2f}"
+                            for x in r))
         if all("plain" in x for x in r):
             plain = [whole(x["plain"]) for x in r]
             workers = r[0]["torch"].get("workers", 2)
