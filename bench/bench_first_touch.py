@@ -455,8 +455,11 @@ def child_torch(p):
     seconds, first, count, samples = consume(it, t0, p["batches"], take)
     del it, loader  # the workers stop here (and are waited for), outside the clock
     import gc
+    import multiprocessing
 
     gc.collect()
+    if multiprocessing.active_children():  # their CPU would be left out
+        raise SystemExit("the torch loader's workers outlived it")
     cpu_s = cpu_seconds() - cpu0  # the workers' too: counted once they exited
     return {"seconds": seconds, "first_batch_s": first, "excerpts": count * BATCH,
             "samples": samples, "torch_threads": torch.get_num_threads(),
