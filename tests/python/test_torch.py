@@ -536,8 +536,13 @@ def test_workers_get_torchs_worker_info_seeds_and_init_fn(shards, tmp_path, cont
     notes.mkdir()
     import functools
 
-    got = list(loader(many_batches(shards), num_workers=2, multiprocessing_context=context,
-                      worker_init_fn=functools.partial(_note_worker_in, notes)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # forked workers start with 2 (spawned ones with torch's default)
+    try:
+        got = list(loader(many_batches(shards), num_workers=2, multiprocessing_context=context,
+                          worker_init_fn=functools.partial(_note_worker_in, notes)))
+    finally:
+        torch.set_num_threads(threads)
     assert len(got) == 32
     seen = [json.loads((notes / f"worker{w}").read_text()) for w in range(2)]
     assert [s[:3] for s in seen] == [[0, 2, "ExcerptBatches"], [1, 2, "ExcerptBatches"]]
