@@ -230,10 +230,11 @@ bool first_touch_costs::map_now(std::uint32_t reads) {
     const double again = static_cast<double>(touches_again_.load(std::memory_order_relaxed));
     map = first > 0 && again * (read - copy) > first * (fault - read);
   }
-  if (reads > 0 || !map) return map;
+  if (reads > 0) return map;
   const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
   turns_.store(turn + 1, std::memory_order_relaxed);
-  return turn % explore_every != explore_every - 1;  // one first touch in explore_every reads
+  return map ? turn % explore_every != explore_every - 1  // one first touch in 16 reads
+             : turn % explore_faults_every == explore_faults_every - 1;  // one in 64 faults
 }
 
 void first_touch_costs::record_fault(granule_map& granules, const std::byte* base,
@@ -270,14 +271,28 @@ void first_touch_costs::record(way w, std::uint64_t bytes, std::uint64_t ns) {
   if (bytes == 0) return;
   const unsigned k = static_cast<unsigned>(w);
   const std::uint64_t per_kib = std::min<std::uint64_t>(ns * 1024 / bytes, UINT32_MAX / 4);
-  const std::uint32_t n = samples_[k].load(std::memory_order_relaxed);
+  // Acquire: the first samples read below are those the count says were stored.
+  const std::uint32_t n = samples_[k].load(std::memory_order_acquire);
+  if (n < warmup) {
+    // The median (the lower one) of the samples so far: a thread preempted in the middle of
+    // a copy records a timeslice, no measure of the copy, and the first samples have no
+    // average yet to bound it by.
+    first_[k][n].store(static_cast<std::uint32_t>(per_kib), std::memory_order_relaxed);
+    std::uint32_t firsts[warmup];
+    for (std::uint32_t i = 0; i <= n; ++i) {
+      firsts[i] = first_[k][i].load(std::memory_order_relaxed);
+    }
+    std::nth_element(firsts, firsts + n / 2, firsts + n + 1);
+    cost_[k].store(std::max<std::uint32_t>(firsts[n / 2], 1), std::memory_order_relaxed);
+    samples_[k].store(n + 1, std::memory_order_release);
+    return;
+  }
   const std::uint64_t old = cost_[k].load(std::memory_order_relaxed);
-  // The mean of the samples so far, then of about the last `averaged`: single copies vary by
-  // 2x and more (a thread preempted in the middle of one is no measure of the copy: a sample
+  // Then a mean of about the last `averaged`: single copies vary by 2x and more (a sample
   // counts for at most 4x the average). An average of about the last 8 swung by a third
   // around the mean (reads of one fresh pass: 232 to 428 ns per KiB, while each thousand
   // reads averaged 282 to 379), across the costs the choice compares.
-  const std::uint64_t sample = n == 0 ? per_kib : std::min(per_kib, 4 * old);
+  const std::uint64_t sample = std::min(per_kib, 4 * old);
   const std::uint64_t weight = std::min<std::uint64_t>(n + 1, averaged);
   const std::uint64_t next = (old * (weight - 1) + sample) / weight;
   cost_[k].store(static_cast<std::uint32_t>(std::max<std::uint64_t>(next, 1)),

@@ -140,18 +140,25 @@ class granule_map {
 /// `probe_first` of them, then at each while they do, and at one in `probe_every` while they
 /// do not (the look costs about a read).
 ///
-/// Each cost is a moving average of nanoseconds per KiB over about the last `averaged` copies
-/// of its way (pieces only; pieces whose pages were not in the page cache are not recorded;
-/// W is timed on one copy in `copy_sampled` of pages mapped already, and taken as 0 until
-/// timed). The first `warmup` first touches of each of the read and fault ways alternate.
-/// While faulting at first touch wins, one first touch in `explore_every` reads, to follow
-/// changes in the cost of reads (faults of re-used granules keep sampling the other way).
+/// Each cost is in nanoseconds per KiB: the median of its way's first `warmup` samples, then
+/// a moving average over about the last `averaged` (pieces only; pieces whose pages were not
+/// in the page cache are not recorded; W is timed on one copy in `copy_sampled` of pages
+/// mapped already, and taken as 0 until timed). Copies are timed by the clock, so a thread
+/// preempted in the middle of one records a timeslice: the median leaves such a sample out
+/// of the start, and later a sample counts for at most 4x the average. (A mean of the first
+/// samples, one of them preempted, once priced faults at 30 µs per KiB in a DataLoader
+/// worker, 10x their cost: the worker read every first touch for the rest of its run.)
+/// The first `warmup` first touches of each of the read and fault ways alternate. Then
+/// each way is still tried now and then at first touch, to follow changes in its cost: while
+/// faulting wins, one first touch in `explore_every` reads; while reading wins, one in
+/// `explore_faults_every` faults its granules in.
 /// Relaxed atomics: concurrent updates may lose a sample, never break a choice.
 class first_touch_costs {
  public:
   static constexpr std::uint32_t warmup = 8;
   static constexpr std::uint32_t averaged = 64;
   static constexpr std::uint32_t explore_every = 16;
+  static constexpr std::uint32_t explore_faults_every = 64;
   static constexpr std::uint32_t copy_sampled = 64;
   static constexpr std::uint32_t probe_first = 16;
   static constexpr std::uint32_t probe_every = 64;
@@ -187,8 +194,9 @@ class first_touch_costs {
   }
 
  private:
-  std::atomic<std::uint32_t> cost_[3] = {};     // by way: ns per KiB
-  std::atomic<std::uint32_t> samples_[3] = {};  // saturating at averaged
+  std::atomic<std::uint32_t> cost_[3] = {};           // by way: ns per KiB
+  std::atomic<std::uint32_t> samples_[3] = {};        // saturating at averaged
+  std::atomic<std::uint32_t> first_[3][warmup] = {};  // by way: the first samples
   std::atomic<std::uint32_t> turns_{0};
   std::atomic<std::uint64_t> first_touches_{0};
   std::atomic<std::uint64_t> touches_again_{0};
