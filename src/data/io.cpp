@@ -230,11 +230,10 @@ bool first_touch_costs::map_now(std::uint32_t reads) {
     const double again = static_cast<double>(touches_again_.load(std::memory_order_relaxed));
     map = first > 0 && again * (read - copy) > first * (fault - read);
   }
-  if (reads > 0) return map;
+  if (reads > 0 || !map) return map;
   const std::uint32_t turn = turns_.load(std::memory_order_relaxed);
   turns_.store(turn + 1, std::memory_order_relaxed);
-  return map ? turn % explore_every != explore_every - 1  // one first touch in 16 reads
-             : turn % explore_faults_every == explore_faults_every - 1;  // one in 64 faults
+  return turn % explore_every != explore_every - 1;  // one first touch in explore_every reads
 }
 
 void first_touch_costs::record_fault(granule_map& granules, const std::byte* base,

@@ -146,19 +146,19 @@ class granule_map {
 /// mapped already, and taken as 0 until timed). Copies are timed by the clock, so a thread
 /// preempted in the middle of one records a timeslice: the median leaves such a sample out
 /// of the start, and later a sample counts for at most 4x the average. (A mean of the first
-/// samples, one of them preempted, once priced faults at 30 µs per KiB in a DataLoader
-/// worker, 10x their cost: the worker read every first touch for the rest of its run.)
-/// The first `warmup` first touches of each of the read and fault ways alternate. Then
-/// each way is still tried now and then at first touch, to follow changes in its cost: while
-/// faulting wins, one first touch in `explore_every` reads; while reading wins, one in
-/// `explore_faults_every` faults its granules in.
+/// samples, one of them preempted, once priced faults at 20-70 µs per KiB in DataLoader
+/// workers, 5-20x their cost: those workers read every first touch for the rest of the run.)
+/// The first `warmup` first touches of each of the read and fault ways alternate. While
+/// faulting at first touch wins, one first touch in `explore_every` reads, to follow changes
+/// in the cost of reads. Faults of re-used granules keep sampling the other way (a fault at
+/// one first touch in 64 while reads win was tried: where faults map 64 KiB at a time, it
+/// took a fresh process's gather from 63-75% of the warm rate to 48-59%).
 /// Relaxed atomics: concurrent updates may lose a sample, never break a choice.
 class first_touch_costs {
  public:
   static constexpr std::uint32_t warmup = 8;
   static constexpr std::uint32_t averaged = 64;
   static constexpr std::uint32_t explore_every = 16;
-  static constexpr std::uint32_t explore_faults_every = 64;
   static constexpr std::uint32_t copy_sampled = 64;
   static constexpr std::uint32_t probe_first = 16;
   static constexpr std::uint32_t probe_every = 64;
