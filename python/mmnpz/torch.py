@@ -594,6 +594,18 @@ _EPOCH, _FIRST, _END, _STOP = range(4)
 _BY_QUEUE, _FAILED = -1, -2
 
 
+def _seed_torch(seed):
+    """``torch.manual_seed(seed)``, as torch's own workers call it. torch 1.x seeds the default
+    generator there and queues a seed for CUDA, to be set if CUDA is initialised, with a stack
+    trace for its error message: formatting it took 4-6 ms of a forked worker's start here (up
+    to 23). A torch 1.x built without CUDA can never run that seed, so only the generator is
+    seeded then; other builds and versions (torch 2 seeds more devices) call manual_seed."""
+    if torch.__version__.split(".")[0] == "1" and not torch.cuda._is_compiled():
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+
+
 def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, worker,
                  workers, base_seed, init_fn):
     """Worker process ``worker`` of a _Workers: for each pass the main process starts (via
@@ -616,7 +628,7 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
         torch.set_num_threads(1)
     seed = base_seed + worker
     random.seed(seed)
-    torch.manual_seed(seed)
+    _seed_torch(seed)
     np.random.seed(torch_worker._generate_state(base_seed, worker))
     torch_worker._worker_info = torch_worker.WorkerInfo(id=worker, num_workers=workers,
                                                         seed=seed, dataset=batches)

@@ -523,6 +523,23 @@ def test_a_worker_takes_the_free_slot_given_back_last():
     assert ring.flags[1].tolist() == [1, 1, 1, 1]
 
 
+def test_a_worker_seeds_torch_as_manual_seed_does():
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(1234)
+        want = torch.rand(4)
+        tracker = getattr(torch.cuda, "_lazy_seed_tracker", None)
+        queued = tracker and getattr(tracker, "manual_seed_all_cb", None)
+        mmnpz.torch._seed_torch(1234)
+        assert torch.initial_seed() == 1234
+        assert torch.equal(torch.rand(4), want)
+        if torch.__version__.startswith("1.") and not torch.cuda._is_compiled():
+            # No CUDA seed queued with a stack trace for a CUDA this torch cannot initialise.
+            assert (tracker and getattr(tracker, "manual_seed_all_cb", None)) is queued
+    finally:
+        torch.set_rng_state(state)
+
+
 def _note_worker(directory):
     info = torch.utils.data.get_worker_info()
     (directory / f"worker{info.id}").write_text(
