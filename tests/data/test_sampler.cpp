@@ -128,6 +128,48 @@ TEST_SUITE("sampler") {
     CHECK(shuffled == pairs{{0, 0}, {2, 0}, {2, 2}, {2, 4}});
   }
 
+  TEST_CASE("every window position finds its item among runs of items with no window") {
+    // Items too short for a window (none of their positions) in runs of every length, between
+    // items of one window and of many: each position must land in the item that holds it,
+    // whichever bucket of item_at()'s index it falls in.
+    std::vector<std::uint64_t> len;
+    pairs want;
+    std::uint64_t x = 12345;
+    for (std::size_t i = 0; i < 3000; ++i) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      const std::uint64_t r = (x >> 33) % 100;
+      len.push_back(r < 40 ? r % 5 : r < 60 ? 5 : 5 + (x >> 20) % 400);  // windows of 5 rows
+      for (std::uint64_t k = 0; k + 5 <= len.back(); ++k) {
+        want.emplace_back(static_cast<std::int64_t>(i), static_cast<std::int64_t>(k));
+      }
+    }
+    len.push_back(2);  // the last item has no window either
+    mmnpz::sampler_options o;
+    o.kind = mmnpz::sampling::sliding_window;
+    o.length = 5;
+    o.hop = 1;
+    const mmnpz::sampler s(len, o);
+    REQUIRE(s.epoch_size() == want.size());
+    CHECK(draw(s, 0, 0, want.size()) == want);
+  }
+
+  TEST_CASE("weighted samples stay those of a search of every item's positions") {
+    // The samples of one seed, as a binary search over all items found them before item_at()
+    // had an index (fixed here so that a change of either shows).
+    mmnpz::sampler_options o;
+    o.kind = mmnpz::sampling::weighted_excerpts;
+    o.length = 48;
+    o.num_samples = 1000;
+    o.seed = 7;
+    std::vector<std::uint64_t> len(2000);
+    for (std::size_t i = 0; i < len.size(); ++i) len[i] = 20 + (i * 7919) % 480;
+    const pairs got = draw(mmnpz::sampler(len, o), 3, 0, 1000);
+    std::uint64_t h = 0;
+    for (auto [i, st] : got) h = h * 1000003 + static_cast<std::uint64_t>(i) * 1009 + st;
+    CHECK(got[0] == std::pair<std::int64_t, std::int64_t>{966, 305});
+    CHECK(h == 10256285766518808489ULL);
+  }
+
   TEST_CASE("ranks split an epoch into disjoint parts that cover it") {
     for (bool drop : {true, false}) {
       for (std::uint64_t world : {1, 2, 3, 4}) {

@@ -117,10 +117,15 @@ class sampler {
  private:
   void sample(std::uint64_t epoch, std::uint64_t g, std::int64_t& index, std::int64_t& start) const;
   std::uint64_t crop(std::uint64_t epoch, std::uint64_t g, std::uint64_t item) const;
+  void index_positions();
+  std::uint64_t item_at(std::uint64_t u) const;
 
   std::vector<std::uint64_t> lengths_;
   sampler_options o_;
   std::vector<std::uint64_t> prefix_;  // weighted: excerpt positions; sliding: windows
+  // item_at()'s index into prefix_: the item holding position b << bucket_shift_, per b.
+  std::vector<std::uint32_t> bucket_item_;
+  unsigned bucket_shift_ = 0;
   std::uint64_t epoch_size_ = 0;
 };
 
