@@ -597,7 +597,7 @@ _BY_QUEUE, _FAILED = -1, -2
 def _seed_torch(seed):
     """``torch.manual_seed(seed)``, as torch's own workers call it. torch 1.x seeds the default
     generator there and queues a seed for CUDA, to be set if CUDA is initialised, with a stack
-    trace for its error message: formatting it took 4-6 ms of a forked worker's start here (up
+    trace for its error message: formatting it took 4-12 ms of a forked worker's start here (up
     to 23). A torch 1.x built without CUDA can never run that seed, so only the generator is
     seeded then; other builds and versions (torch 2 seeds more devices) call manual_seed."""
     if torch.__version__.split(".")[0] == "1" and not torch.cuda._is_compiled():
