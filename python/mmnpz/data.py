@@ -14,6 +14,7 @@ Python object per item.
 
 import collections
 import functools
+import mmap
 import operator
 import os
 import re
@@ -696,16 +697,45 @@ padding), one array per field like data; epoch, position: where in the sample st
 batch begins (this rank's position)."""
 
 
+_HUGE_PAGE = 2 << 20  # bytes of a transparent huge page (x86-64, and 4 KiB-page arm64)
+
+
+def _batch_memory(nbytes):
+    """(buffer, offset): ``nbytes`` of zeroed memory at ``offset`` in ``buffer``, for a batch
+    array about to be written whole. A batch of at least 2 MiB gets private anonymous memory
+    whose huge-page-aligned part is advised for transparent huge pages (MADV_HUGEPAGE): its
+    whole 2 MiB extents, and the last, partial one too when that adds at most an eighth of
+    ``nbytes``. Each fresh 4 KiB page costs a page fault at its first write, and on some
+    virtual machines once more at the kernel's first write into it (a read): 9-12 ms for the
+    first batch of 3.9 MB read into fresh 4 KiB pages on the development VM, 1.2-1.9 ms in
+    huge pages. Smaller batches, or no madvise, get a bytearray."""
+    advise = getattr(mmap, "MADV_HUGEPAGE", None)
+    if nbytes < _HUGE_PAGE or advise is None:
+        return bytearray(nbytes), 0
+    whole = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
+    if whole - nbytes > nbytes // 8:
+        whole -= _HUGE_PAGE  # the last extent stays in 4 KiB pages
+    # Room to align the start: address space only, never touched.
+    memory = mmap.mmap(-1, max(whole, nbytes) + _HUGE_PAGE,
+                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    offset = -np.frombuffer(memory, np.uint8, count=1).ctypes.data % _HUGE_PAGE
+    try:
+        memory.madvise(advise, offset, whole)
+    except OSError:  # a kernel without transparent huge pages: 4 KiB pages, as a bytearray
+        pass
+    return memory, offset
+
+
 class _Buffers:
-    """The Loader's output memory, recycled by ownership: each batch array is made on a
-    bytearray of its own and watched by a weak reference, whose callback gives the bytearray
-    back for a later batch once the array is gone, and with it every view, Batch and tensor
-    that kept it (a view's base is the array, a tensor holds the array). Up to ``limit``
-    released bytearrays are kept."""
+    """The Loader's output memory, recycled by ownership: each batch array is made on memory
+    of its own (_batch_memory) and watched by a weak reference, whose callback gives the
+    memory back for a later batch once the array is gone, and with it every view, Batch and
+    tensor that kept it (a view's base is the array, a tensor holds the array). Up to
+    ``limit`` released buffers are kept."""
 
     def __init__(self, limit):
-        self._free = []  # released bytearrays, each of one batch array's size
-        self._lent = {}  # id(weak reference) -> (weak reference, bytearray) of live arrays
+        self._free = []  # released (nbytes, buffer, offset), each of one batch array
+        self._lent = {}  # id(weak reference) -> (weak reference, memory) of live arrays
         self._limit = limit
 
     def array(self, field, shape, dtype):
@@ -713,14 +743,14 @@ class _Buffers:
         for n in shape:
             nbytes *= n
         for k, memory in enumerate(self._free):
-            if len(memory) == nbytes:
+            if memory[0] == nbytes:
                 del self._free[k]
                 break
         else:
             # Fresh memory costs a page fault per 4 KiB on its first write, more than the
             # gather itself for large batches: hence the recycling.
-            memory = bytearray(nbytes)
-        array = np.ndarray(shape, dtype, buffer=memory)
+            memory = (nbytes,) + _batch_memory(nbytes)
+        array = np.ndarray(shape, dtype, buffer=memory[1], offset=memory[2])
         watch = weakref.ref(array, self._release)
         self._lent[id(watch)] = watch, memory
         return array

@@ -2,6 +2,7 @@
 that numpy itself wrote and read back."""
 
 import contextlib
+import mmap
 import pickle
 import sys
 import threading
@@ -432,6 +433,55 @@ def test_the_loader_recycles_only_batches_nobody_holds(shards):
     assert len({k.base.ctypes.data for k in kept}) == len(kept)  # never handed out twice
     addresses = {b.data.ctypes.data for b in mmnpz.Loader(ds, sampler, 4, pad="wrap")}
     assert len(addresses) <= 6  # dropped batches' memory came back
+
+
+def vm_flags(address):
+    """The VmFlags of this process's mapping holding ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start <= address < end
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no madvise(MADV_HUGEPAGE)")
+def test_a_loaders_large_batches_are_advised_for_huge_pages(tmp_path):
+    huge = 2 << 20
+    try:
+        mmap.mmap(-1, huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS).madvise(
+            mmap.MADV_HUGEPAGE)
+    except OSError:
+        pytest.skip("this kernel refuses MADV_HUGEPAGE (no transparent huge pages)")
+    # A batch of 3.9 MB: its memory starts on a huge page and both 2 MiB extents are
+    # advised (the second one rounded up, by 0.1 MB); zeroed.
+    memory, offset = mmnpz.data._batch_memory(256 * 48 * 80 * 4)
+    assert isinstance(memory, mmap.mmap) and len(memory) >= offset + 2 * huge
+    start = np.frombuffer(memory, np.uint8).ctypes.data + offset
+    assert start % huge == 0
+    assert "hg" in vm_flags(start) and "hg" in vm_flags(start + 2 * huge - 1)
+    assert not np.frombuffer(memory, np.uint8).any()
+    # 2 MiB and a byte: rounding up would nearly double it, so only the first extent is.
+    memory, offset = mmnpz.data._batch_memory(huge + 1)
+    start = np.frombuffer(memory, np.uint8).ctypes.data + offset
+    assert "hg" in vm_flags(start) and "hg" not in vm_flags(start + huge)
+    # Below 2 MiB: a bytearray.
+    memory, offset = mmnpz.data._batch_memory(huge - 1)
+    assert isinstance(memory, bytearray) and len(memory) == huge - 1 and offset == 0
+    # The Loader's batches of 3 MB are made there, and hold what numpy reads.
+    arrays = {f"x{k}": np.random.default_rng(k).standard_normal((3000, 64)).astype(np.float32)
+              for k in range(4)}
+    np.savez(tmp_path / "big.npz", **arrays)
+    ds = mmnpz.Dataset(tmp_path / "big.npz")
+    loader = mmnpz.Loader(ds, mmnpz.Sampler(ds, "shuffle", length=3000), 4, pad="wrap")
+    batch = next(iter(loader))
+    assert batch.data.ctypes.data % huge == 0 and "hg" in vm_flags(batch.data.ctypes.data)
+    for k, (i, st) in enumerate(zip(batch.indices, batch.starts)):
+        assert np.array_equal(batch.data[k], arrays[f"x{i}"][np.arange(st, st + 3000) % 3000])
 
 
 def test_compressed_items_are_inflated_on_their_first_gather_not_when_opening(tmp_path):
