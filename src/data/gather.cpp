@@ -178,6 +178,9 @@ struct chunk_reader {
 void read_ahead(const plan& p);  // below: starts reading every piece of the plan
 bool reading_ahead(const plan& p);  // below: whether read_ahead(p) ran
 bool count_miss(const plan& p);  // below: counts a piece out of memory; true: p is cold
+// Below: whether p's pieces may be copied through the mapping, as its first probe found
+// (may_map): 0 before it, 1 yes, 2 no.
+std::atomic<int>& mapping_probe(const plan& p);
 
 // Reads the rows; true when the page cache held them all (an RWF_NOWAIT read got them).
 bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
@@ -212,22 +215,28 @@ bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
 }
 
 // Whether the chunk may copy an automatic piece [src, src + bytes) through the mapping.
-// Decided at the chunk's first such piece, as before granules were kept: not while its
+// Decided at the gather's first such piece, as before granules were kept: not while its
 // dataset's recent batches had pieces out of memory (pages are arriving, or partly there, and
 // a fault on a missing page is a synchronous read of the 128 KiB around it: a chunk of such
 // faults made a Loader over evicted data 3x slower than reads), and only when mincore finds
 // the piece's pages in the page cache (pages the kernel evicted lost their page-table entries:
 // a granule marked mapped is then stale, and its read below marks it unseen). One probe per
-// chunk: probing every piece cost warm gathers a third. Closed too once any chunk of the
-// gather found a piece out of memory.
+// gather, which every chunk follows: probing every piece cost warm gathers a third, probing
+// at each chunk's first (8 a batch on 2 threads) 4-8% (a system call each). Closed too once
+// any chunk of the gather found a piece out of memory.
 bool may_map(const task& t, const std::byte* src, std::uint64_t bytes, chunk_reader& cr) {
   using gate = chunk_reader::gate;
   if (cr.mapping == gate::unknown) {
-    cr.mapping =
-        state_of(*t.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
-                detail::resident(src, bytes)
-            ? gate::open
-            : gate::closed;
+    std::atomic<int>& probe = mapping_probe(cr.work);
+    int found = probe.load(std::memory_order_relaxed);
+    if (found == 0) {  // chunks racing here each probe: the same answer, or a later one
+      found = state_of(*t.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
+                      detail::resident(src, bytes)
+                  ? 1
+                  : 2;
+      probe.store(found, std::memory_order_relaxed);
+    }
+    cr.mapping = found == 1 ? gate::open : gate::closed;
   }
   if (cr.mapping == gate::open && reading_ahead(cr.work)) {
     cr.mapping = gate::closed;
@@ -375,6 +384,7 @@ struct plan {
   bool reads = false;                       // some task reads from a descriptor
   mutable std::atomic<bool> read_ahead_started{false};  // read_ahead() ran (once is enough)
   mutable std::atomic<std::size_t> misses{0};  // pieces found out of the page cache
+  mutable std::atomic<int> mapping_probe{0};   // see may_map
 
   std::size_t chunks() const { return bounds.size() - 1; }
   void run_chunk(std::size_t c) const {
@@ -412,6 +422,8 @@ void read_ahead(const plan& p) {
     detail::will_need(t.fd, t.item->offset + begin * t.row_bytes, (end - begin) * t.row_bytes);
   }
 }
+
+std::atomic<int>& mapping_probe(const plan& p) { return p.mapping_probe; }
 
 bool reading_ahead(const plan& p) { return p.read_ahead_started.load(std::memory_order_relaxed); }
 
