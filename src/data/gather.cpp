@@ -179,8 +179,8 @@ void read_ahead(const plan& p);  // below: starts reading every piece of the pla
 bool reading_ahead(const plan& p);  // below: whether read_ahead(p) ran
 bool count_miss(const plan& p);  // below: counts a piece out of memory; true: p is cold
 // Below: whether p's pieces may be copied through the mapping, as its first probe found
-// (may_map): 0 before it, 1 yes, 2 no.
-std::atomic<int>& mapping_probe(const plan& p);
+// (may_map): 0 before it, 1 yes, 2 no; null when p's fields are of several datasets.
+std::atomic<int>* mapping_probe(const plan& p);
 
 // Reads the rows; true when the page cache held them all (an RWF_NOWAIT read got them).
 bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
@@ -222,19 +222,20 @@ bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
 // the piece's pages in the page cache (pages the kernel evicted lost their page-table entries:
 // a granule marked mapped is then stale, and its read below marks it unseen). One probe per
 // gather, which every chunk follows: probing every piece cost warm gathers a third, probing
-// at each chunk's first (8 a batch on 2 threads) 4-8% (a system call each). Closed too once
-// any chunk of the gather found a piece out of memory.
+// at each chunk's first (8 a batch on 2 threads) 4-8% (a system call each). A gather of
+// fields of several datasets still probes at each chunk's first piece (each dataset has its
+// own recent batches). Closed too once any chunk of the gather found a piece out of memory.
 bool may_map(const task& t, const std::byte* src, std::uint64_t bytes, chunk_reader& cr) {
   using gate = chunk_reader::gate;
   if (cr.mapping == gate::unknown) {
-    std::atomic<int>& probe = mapping_probe(cr.work);
-    int found = probe.load(std::memory_order_relaxed);
+    std::atomic<int>* probe = mapping_probe(cr.work);
+    int found = probe ? probe->load(std::memory_order_relaxed) : 0;
     if (found == 0) {  // chunks racing here each probe: the same answer, or a later one
       found = state_of(*t.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
                       detail::resident(src, bytes)
                   ? 1
                   : 2;
-      probe.store(found, std::memory_order_relaxed);
+      if (probe) probe->store(found, std::memory_order_relaxed);
     }
     cr.mapping = found == 1 ? gate::open : gate::closed;
   }
@@ -384,6 +385,7 @@ struct plan {
   bool reads = false;                       // some task reads from a descriptor
   mutable std::atomic<bool> read_ahead_started{false};  // read_ahead() ran (once is enough)
   mutable std::atomic<std::size_t> misses{0};  // pieces found out of the page cache
+  bool one_source = true;                      // every field is of the same dataset
   mutable std::atomic<int> mapping_probe{0};   // see may_map
 
   std::size_t chunks() const { return bounds.size() - 1; }
@@ -423,7 +425,9 @@ void read_ahead(const plan& p) {
   }
 }
 
-std::atomic<int>& mapping_probe(const plan& p) { return p.mapping_probe; }
+std::atomic<int>* mapping_probe(const plan& p) {
+  return p.one_source ? &p.mapping_probe : nullptr;
+}
 
 bool reading_ahead(const plan& p) { return p.read_ahead_started.load(std::memory_order_relaxed); }
 
@@ -582,6 +586,9 @@ std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const st
   p->threads = o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
   p->bounds = chunk_bounds(p->tasks, p->threads);
   for (const task& t : p->tasks) p->reads = p->reads || t.fd >= 0;
+  for (const gather_field& f : p->fields) {
+    p->one_source = p->one_source && f.source == p->fields.front().source;
+  }
   return p;
 }
 
