@@ -152,6 +152,7 @@ struct chunk_reader {
   const plan& work;
   bool cached = true;  // try RWF_NOWAIT first; cleared once the batch is taken for cold
   enum class gate { unknown, open, closed } mapping = gate::unknown;
+  const detail::granule_map* mapping_of = nullptr;  // the archive `mapping` was decided for
 
   // Automatic pieces of the last archive's dataset copied so far, not yet counted in its
   // first_touch_costs (counted once per chunk, or when the dataset changes: atomics shared by
@@ -178,9 +179,9 @@ struct chunk_reader {
 void read_ahead(const plan& p);  // below: starts reading every piece of the plan
 bool reading_ahead(const plan& p);  // below: whether read_ahead(p) ran
 bool count_miss(const plan& p);  // below: counts a piece out of memory; true: p is cold
-// Below: whether p's pieces may be copied through the mapping, as its first probe found
-// (may_map): 0 before it, 1 yes, 2 no; null when p's fields are of several datasets.
-std::atomic<int>* mapping_probe(const plan& p);
+// Below: whether p's pieces of the archive whose granule map is `g` may be copied through the
+// mapping, as may_map's first probe of that archive found: 0 before it, 1 yes, 2 no.
+std::atomic<int>& mapping_probe(const plan& p, const detail::granule_map* g);
 
 // Reads the rows; true when the page cache held them all (an RWF_NOWAIT read got them).
 bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
@@ -215,27 +216,28 @@ bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
 }
 
 // Whether the chunk may copy an automatic piece [src, src + bytes) through the mapping.
-// Decided at the gather's first such piece, as before granules were kept: not while its
+// Decided at the gather's first such piece of each archive, as before granules were kept: not while its
 // dataset's recent batches had pieces out of memory (pages are arriving, or partly there, and
 // a fault on a missing page is a synchronous read of the 128 KiB around it: a chunk of such
 // faults made a Loader over evicted data 3x slower than reads), and only when mincore finds
 // the piece's pages in the page cache (pages the kernel evicted lost their page-table entries:
 // a granule marked mapped is then stale, and its read below marks it unseen). One probe per
-// gather, which every chunk follows: probing every piece cost warm gathers a third, probing
-// at each chunk's first (8 a batch on 2 threads) 4-8% (a system call each). A gather of
-// fields of several datasets still probes at each chunk's first piece (each dataset has its
-// own recent batches). Closed too once any chunk of the gather found a piece out of memory.
+// archive and gather, which every chunk follows for that archive's pieces: probing every
+// piece cost warm gathers a third, probing at each chunk's first (8 a batch on 2 threads)
+// 4-8% (a system call each). Per archive: one archive may be evicted while another is not.
+// Closed too once any chunk of the gather found a piece out of memory.
 bool may_map(const task& t, const std::byte* src, std::uint64_t bytes, chunk_reader& cr) {
   using gate = chunk_reader::gate;
-  if (cr.mapping == gate::unknown) {
-    std::atomic<int>* probe = mapping_probe(cr.work);
-    int found = probe ? probe->load(std::memory_order_relaxed) : 0;
+  if (cr.mapping == gate::unknown || cr.mapping_of != t.granules) {
+    cr.mapping_of = t.granules;
+    std::atomic<int>& probe = mapping_probe(cr.work, t.granules);
+    int found = probe.load(std::memory_order_relaxed);
     if (found == 0) {  // chunks racing here each probe: the same answer, or a later one
       found = state_of(*t.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
                       detail::resident(src, bytes)
                   ? 1
                   : 2;
-      if (probe) probe->store(found, std::memory_order_relaxed);
+      probe.store(found, std::memory_order_relaxed);
     }
     cr.mapping = found == 1 ? gate::open : gate::closed;
   }
@@ -385,8 +387,10 @@ struct plan {
   bool reads = false;                       // some task reads from a descriptor
   mutable std::atomic<bool> read_ahead_started{false};  // read_ahead() ran (once is enough)
   mutable std::atomic<std::size_t> misses{0};  // pieces found out of the page cache
-  bool one_source = true;                      // every field is of the same dataset
-  mutable std::atomic<int> mapping_probe{0};   // see may_map
+  // may_map's probes: the granule map of each archive gathered automatically (in the order
+  // its tasks first come), and what its probe found (0 not yet, 1 may map, 2 read).
+  std::vector<const detail::granule_map*> probed_archives;
+  std::unique_ptr<std::atomic<int>[]> probes;
 
   std::size_t chunks() const { return bounds.size() - 1; }
   void run_chunk(std::size_t c) const {
@@ -425,8 +429,9 @@ void read_ahead(const plan& p) {
   }
 }
 
-std::atomic<int>* mapping_probe(const plan& p) {
-  return p.one_source ? &p.mapping_probe : nullptr;
+std::atomic<int>& mapping_probe(const plan& p, const detail::granule_map* g) {
+  const auto at = std::find(p.probed_archives.begin(), p.probed_archives.end(), g);
+  return p.probes[static_cast<std::size_t>(at - p.probed_archives.begin())];  // g is there
 }
 
 bool reading_ahead(const plan& p) { return p.read_ahead_started.load(std::memory_order_relaxed); }
@@ -586,9 +591,12 @@ std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const st
   p->threads = o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
   p->bounds = chunk_bounds(p->tasks, p->threads);
   for (const task& t : p->tasks) p->reads = p->reads || t.fd >= 0;
-  for (const gather_field& f : p->fields) {
-    p->one_source = p->one_source && f.source == p->fields.front().source;
+  for (const task& t : p->tasks) {  // in address order: an archive's tasks are together
+    if (t.granules && (p->probed_archives.empty() || p->probed_archives.back() != t.granules)) {
+      p->probed_archives.push_back(t.granules);
+    }
   }
+  p->probes = std::make_unique<std::atomic<int>[]>(p->probed_archives.size());
   return p;
 }
 

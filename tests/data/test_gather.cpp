@@ -1,4 +1,5 @@
 #include <dirent.h>
+#include <fcntl.h>
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -11,8 +12,11 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <mutex>
+#include <set>
 #include <thread>
 
+#include "data/dataset_state.hpp"
 #include "data/io.hpp"
 #include "detail/sigbus_guard.hpp"
 #include "mmnpz/mmnpz.hpp"
@@ -428,6 +432,18 @@ ssize_t uncached_pread(int fd, void* buf, std::size_t n, off_t offset, int flags
   return counting_pread(fd, buf, n, offset, flags);
 }
 
+// counting_pread, noting the offset of each read from descriptor `offsets_of_fd`.
+std::atomic<int> offsets_of_fd{-1};
+std::mutex offsets_lock;
+std::set<off_t> offsets_read;
+ssize_t offset_noting_pread(int fd, void* buf, std::size_t n, off_t offset, int flags) {
+  if (fd == offsets_of_fd) {
+    const std::lock_guard<std::mutex> hold(offsets_lock);
+    offsets_read.insert(offset);
+  }
+  return counting_pread(fd, buf, n, offset, flags);
+}
+
 // Takes `c` through its learning: first touches alternate, reads costing `read_ns` and faults
 // `fault_ns` per KiB; then one copy of mapped pages costing `copy_ns` per KiB, unless 0.
 void learn(mmnpz::detail::first_touch_costs& c, std::uint64_t read_ns, std::uint64_t fault_ns,
@@ -830,6 +846,67 @@ TEST_SUITE("gather io") {
     auto_reads(ds, one, starts, 10);
     uncached_left = 0;
     CHECK(auto_reads(ds, zero, starts, 10) == 64);
+  }
+
+  TEST_CASE("an archive evicted under a gather is read while another one is mapped") {
+    // Two archives of one dataset, items 0 and 1, each copied through the mapping once.
+    std::vector<std::string> paths;
+    for (std::size_t k = 0; k < 2; ++k) {
+      paths.push_back(test::scratch("g_io_probe_" + std::to_string(k) + ".npz"));
+      mmnpz::writer w(paths.back());
+      std::vector<float> c(20000 * bins);
+      for (std::size_t r = 0; r < 20000; ++r) {
+        for (std::size_t b = 0; b < bins; ++b) c[r * bins + b] = value(k, r, b);
+      }
+      w.write("clip_" + std::to_string(k), c.data(), {20000, bins});
+    }
+    const mmnpz::dataset ds(paths);
+    REQUIRE(ds.size() == 2);
+    std::vector<std::int64_t> idx, starts;
+    for (std::int64_t k = 0; k < 128; ++k) {
+      idx.push_back(k / 64);
+      starts.push_back(k % 64 * 300);
+    }
+    const pread_seam seam(&offset_noting_pread);
+    {
+      const first_touch_seam maps_first(1);
+      REQUIRE(auto_reads(ds, idx, starts, 10) == 0);
+    }
+    // The archive mapped higher up is evicted: its pieces come after the other's in the
+    // gather's order, so the chunks that start first probe the archive still in memory.
+    const std::size_t gone = ds.array(1).data() > ds.array(0).data() ? 1 : 0;
+    const mmnpz::array_view v = ds.array(gone);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    auto* begin = reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(v.data()) /
+                                               page * page);
+    const std::size_t span = static_cast<std::size_t>(v.data() + v.nbytes() - begin);
+    REQUIRE(::madvise(begin, span, MADV_DONTNEED) == 0);  // the page tables let go of them
+    {
+      const int fd = ::open(paths[gone].c_str(), O_RDONLY);
+      REQUIRE(fd >= 0);
+      ::fdatasync(fd);  // dirty pages are not dropped
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+    if (mmnpz::detail::resident(begin, 4096)) {
+      MESSAGE("the file system kept the pages: nothing to check");
+      return;
+    }
+    mmnpz::excerpt_options o;
+    o.threads = 2;
+    o.io = mmnpz::io_mode::automatic;
+    offsets_read.clear();
+    offsets_of_fd = mmnpz::state_of(ds).fds[gone];
+    CHECK(run(ds, idx, starts, 10, o) == expected(ds, idx, starts, 10, mmnpz::pad_mode::none));
+    offsets_of_fd = -1;
+    // Every piece of the evicted archive was read, none copied through the mapping.
+    int unread = 0;
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      if (idx[k] != static_cast<std::int64_t>(gone)) continue;
+      const std::uint64_t at = mmnpz::state_of(ds).items[gone].offset + starts[k] * 12;
+      unread += offsets_read.count(static_cast<off_t>(at)) == 0;
+    }
+    CHECK(unread == 0);
   }
 
   TEST_CASE("a forked child reads first what its parent had copied through the mapping") {
