@@ -442,6 +442,10 @@ def child_torch(p):
 
     import mmnpz.torch
 
+    # torch's first reduction in a process sets up its kernels (13 ms here, against 0.2 ms for
+    # the next): a training script has run torch before its loop, and the Loader's consumer
+    # sums with numpy, which has no such cost. Not the loader's time.
+    torch.zeros(8).sum()
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     loader = mmnpz.torch.loader(p["spec"], length=LENGTH, batch_size=BATCH, kind="weighted",
                                 seed=p["seed"], num_samples=p["samples"],
