@@ -6,8 +6,9 @@
 //
 //   populate: MADV_POPULATE_READ of the granule (the kernel maps its pages from the page cache
 //             in one system call, no page fault), then the first copy of the piece, then the
-//             first copy of the piece's size right after it (pages never accessed either,
-//             the same granule: whether the first access costs per page or per stretch);
+//             first copy of the piece's size right after it, then of 8,000 bytes at 48 KiB
+//             into the granule (pages never accessed either, in the same granule: whether the
+//             first access costs per page or per stretch of pages);
 //   fault:    the first copy of a piece of a region never touched (page faults map it);
 //   pread:    a pread of a piece of a region never touched.
 //
@@ -17,7 +18,7 @@
 // pages; see bench_first_touch.py's fill). Prints one JSON line: regions used, piece bytes,
 // and the mean µs of each step.
 //
-//   first_copy FILE [PIECE (15360, at most 32000)] [SEED (1)]
+//   first_copy FILE [PIECE (15360, at most 24000)] [SEED (1)]
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -58,9 +59,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto size = static_cast<std::size_t>(st.st_size);
-  if (piece == 0 || piece > 32000 || size < 3 * region_bytes) {
+  if (piece == 0 || piece > 24000 || size < 3 * region_bytes) {
     std::fprintf(stderr,
-                 "first_copy: the piece must be 1 to 32000 bytes, the file 6 MiB or more\n");
+                 "first_copy: the piece must be 1 to 24000 bytes, the file 6 MiB or more\n");
     return 2;
   }
   auto* map = static_cast<unsigned char*>(::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0));
@@ -80,7 +81,8 @@ int main(int argc, char** argv) {
   };
   std::vector<unsigned char> out(granule_bytes);
   std::vector<std::size_t> populated;
-  double populate = 0, first = 0, next = 0, warm = 0, fault = 0, read = 0;
+  constexpr std::size_t further_at = 48 << 10, further_bytes = 8000;
+  double populate = 0, first = 0, next = 0, further = 0, warm = 0, fault = 0, read = 0;
   std::size_t rounds = 0;
   unsigned sink = 0;
   using clock = std::chrono::steady_clock;
@@ -97,9 +99,13 @@ int main(int argc, char** argv) {
     first += seconds_since(t);
     sink += out[piece / 2];
     t = clock::now();
-    std::memcpy(out.data(), map + a + piece, piece);  // two pieces fit: 1000 + 64000 < 64 KiB
+    std::memcpy(out.data(), map + a + piece, piece);  // 1000 + 2 pieces < 48 KiB
     next += seconds_since(t);
     sink += out[piece / 2];
+    t = clock::now();
+    std::memcpy(out.data(), map + a / granule_bytes * granule_bytes + further_at, further_bytes);
+    further += seconds_since(t);
+    sink += out[further_bytes / 2];
     populated.push_back(a);
     t = clock::now();
     std::memcpy(out.data(), map + b, piece);
@@ -123,8 +129,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"regions\": %zu, \"piece\": %zu, \"populate_us\": %.2f, "
       "\"first_copy_after_populate_us\": %.2f, \"first_copy_of_the_next_us\": %.2f, "
+      "\"first_copy_48k_into_the_granule_us\": %.2f, "
       "\"warm_copy_us\": %.2f, \"fault_and_copy_us\": %.2f, \"pread_us\": %.2f, \"sink\": %u}\n",
-      3 * rounds, piece, populate * us, first * us, next * us, warm * us, fault * us, read * us,
-      sink);
+      3 * rounds, piece, populate * us, first * us, next * us, further * us, warm * us, fault * us,
+      read * us, sink);
   return 0;
 }
