@@ -141,6 +141,7 @@ struct task {
   // io_mode::automatic (with fd): the item's archive's granules, which say for each piece
   // whether to read it or copy it through the mapping; null otherwise.
   detail::granule_map* granules;
+  std::size_t probe = 0;  // with granules: its archive's entry in plan::probes (make_plan)
 };
 
 struct plan;
@@ -179,9 +180,9 @@ struct chunk_reader {
 void read_ahead(const plan& p);  // below: starts reading every piece of the plan
 bool reading_ahead(const plan& p);  // below: whether read_ahead(p) ran
 bool count_miss(const plan& p);  // below: counts a piece out of memory; true: p is cold
-// Below: whether p's pieces of the archive whose granule map is `g` may be copied through the
-// mapping, as may_map's first probe of that archive found: 0 before it, 1 yes, 2 no.
-std::atomic<int>& mapping_probe(const plan& p, const detail::granule_map* g);
+// Below: whether the plan's pieces of t's archive may be copied through the mapping, as
+// may_map's first probe of that archive found: 0 before it, 1 yes, 2 no.
+std::atomic<int>& mapping_probe(const plan& p, const task& t);
 
 // Reads the rows; true when the page cache held them all (an RWF_NOWAIT read got them).
 bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst,
@@ -216,8 +217,8 @@ bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
 }
 
 // Whether the chunk may copy an automatic piece [src, src + bytes) through the mapping.
-// Decided at the gather's first such piece of each archive, as before granules were kept: not while its
-// dataset's recent batches had pieces out of memory (pages are arriving, or partly there, and
+// Decided at the gather's first such piece of each archive, as before granules were kept: not
+// while its dataset's recent batches had pieces out of memory (pages are arriving, or partly there, and
 // a fault on a missing page is a synchronous read of the 128 KiB around it: a chunk of such
 // faults made a Loader over evicted data 3x slower than reads), and only when mincore finds
 // the piece's pages in the page cache (pages the kernel evicted lost their page-table entries:
@@ -230,7 +231,7 @@ bool may_map(const task& t, const std::byte* src, std::uint64_t bytes, chunk_rea
   using gate = chunk_reader::gate;
   if (cr.mapping == gate::unknown || cr.mapping_of != t.granules) {
     cr.mapping_of = t.granules;
-    std::atomic<int>& probe = mapping_probe(cr.work, t.granules);
+    std::atomic<int>& probe = mapping_probe(cr.work, t);
     int found = probe.load(std::memory_order_relaxed);
     if (found == 0) {  // chunks racing here each probe: the same answer, or a later one
       found = state_of(*t.field->source).cold_batches.load(std::memory_order_relaxed) == 0 &&
@@ -387,9 +388,8 @@ struct plan {
   bool reads = false;                       // some task reads from a descriptor
   mutable std::atomic<bool> read_ahead_started{false};  // read_ahead() ran (once is enough)
   mutable std::atomic<std::size_t> misses{0};  // pieces found out of the page cache
-  // may_map's probes: the granule map of each archive gathered automatically (in the order
-  // its tasks first come), and what its probe found (0 not yet, 1 may map, 2 read).
-  std::vector<const detail::granule_map*> probed_archives;
+  // may_map's probes, one per archive gathered automatically (task::probe): what it found
+  // (0 not yet, 1 may map, 2 read).
   std::unique_ptr<std::atomic<int>[]> probes;
 
   std::size_t chunks() const { return bounds.size() - 1; }
@@ -429,10 +429,7 @@ void read_ahead(const plan& p) {
   }
 }
 
-std::atomic<int>& mapping_probe(const plan& p, const detail::granule_map* g) {
-  const auto at = std::find(p.probed_archives.begin(), p.probed_archives.end(), g);
-  return p.probes[static_cast<std::size_t>(at - p.probed_archives.begin())];  // g is there
-}
+std::atomic<int>& mapping_probe(const plan& p, const task& t) { return p.probes[t.probe]; }
 
 bool reading_ahead(const plan& p) { return p.read_ahead_started.load(std::memory_order_relaxed); }
 
@@ -591,12 +588,17 @@ std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const st
   p->threads = o.threads == 0 ? detail::thread_pool::shared().workers() + 1 : o.threads;
   p->bounds = chunk_bounds(p->tasks, p->threads);
   for (const task& t : p->tasks) p->reads = p->reads || t.fd >= 0;
-  for (const task& t : p->tasks) {  // in address order: an archive's tasks are together
-    if (t.granules && (p->probed_archives.empty() || p->probed_archives.back() != t.granules)) {
-      p->probed_archives.push_back(t.granules);
-    }
+  // One probe per run of an archive's tasks (in address order, an archive's tasks are
+  // together; were they not, the archive would only be probed once more).
+  std::size_t archives = 0;
+  const detail::granule_map* last = nullptr;
+  for (task& t : p->tasks) {
+    if (!t.granules) continue;
+    if (t.granules != last) ++archives;
+    last = t.granules;
+    t.probe = archives - 1;
   }
-  p->probes = std::make_unique<std::atomic<int>[]>(p->probed_archives.size());
+  p->probes = std::make_unique<std::atomic<int>[]>(archives);
   return p;
 }
 
