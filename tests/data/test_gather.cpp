@@ -11,8 +11,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
