@@ -218,9 +218,9 @@ bool read_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
 
 // Whether the chunk may copy an automatic piece [src, src + bytes) through the mapping.
 // Decided at the gather's first such piece of each archive, as before granules were kept: not
-// while its dataset's recent batches had pieces out of memory (pages are arriving, or partly there, and
-// a fault on a missing page is a synchronous read of the 128 KiB around it: a chunk of such
-// faults made a Loader over evicted data 3x slower than reads), and only when mincore finds
+// while its dataset's recent batches had pieces out of memory (pages are arriving, or partly
+// there, and a fault on a missing page is a synchronous read of the 128 KiB around it: a chunk
+// of such faults made a Loader over evicted data 3x slower than reads), and only when mincore finds
 // the piece's pages in the page cache (pages the kernel evicted lost their page-table entries:
 // a granule marked mapped is then stale, and its read below marks it unseen). One probe per
 // archive and gather, which every chunk follows for that archive's pieces: probing every
