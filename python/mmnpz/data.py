@@ -698,44 +698,88 @@ batch begins (this rank's position)."""
 
 
 _HUGE_PAGE = 2 << 20  # bytes of a transparent huge page (x86-64, and 4 KiB-page arm64)
+_SMALL_BATCH = 64 << 10  # below: a bytearray (a few pages, whose first writes cost little)
+
+
+def _huge_memory(nbytes):
+    """(mmap, offset): ``nbytes`` of private anonymous memory, zeroed and not yet touched,
+    at ``offset`` in the mmap, starting on a huge page; the caller advises it (MADV_HUGEPAGE
+    where the attribute exists)."""
+    # Room to align the start: address space only, never touched.
+    memory = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return memory, -np.frombuffer(memory, np.uint8, count=1).ctypes.data % _HUGE_PAGE
 
 
 def _batch_memory(nbytes):
     """(buffer, offset): ``nbytes`` of zeroed memory at ``offset`` in ``buffer``, for a batch
-    array about to be written whole. A batch of at least 2 MiB gets private anonymous memory
-    whose huge-page-aligned part is advised for transparent huge pages (MADV_HUGEPAGE): its
-    whole 2 MiB extents, and the last, partial one too when that adds at most an eighth of
-    ``nbytes``. Each fresh 4 KiB page costs a page fault at its first write, and on some
-    virtual machines once more at the kernel's first write into it (a read): 9-12 ms for the
-    first batch of 3.9 MB read into fresh 4 KiB pages on the development VM, 1.2-1.9 ms in
-    huge pages. Smaller batches, or no madvise, get a bytearray."""
+    array of at least 2 MiB about to be written whole (smaller batches are cut from an
+    _Arena): private anonymous memory whose huge-page-aligned part is advised for transparent
+    huge pages (MADV_HUGEPAGE): its whole 2 MiB extents, and the last, partial one too when
+    that adds at most an eighth of ``nbytes``. Each fresh 4 KiB page costs a page fault at
+    its first write, and on some virtual machines once more at the first write of the other
+    kind (the kernel's, a read, after the process's own, a copy, or the other way round): 9-12
+    ms for the first batch of 3.9 MB read into fresh 4 KiB pages on the development VM, 1.2-1.9
+    ms in huge pages. Without madvise, a bytearray."""
     advise = getattr(mmap, "MADV_HUGEPAGE", None)
-    if nbytes < _HUGE_PAGE or advise is None:
+    if advise is None:
         return bytearray(nbytes), 0
     whole = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
     if whole - nbytes > nbytes // 8:
         whole -= _HUGE_PAGE  # the last extent stays in 4 KiB pages
-    # Room to align the start: address space only, never touched.
-    memory = mmap.mmap(-1, max(whole, nbytes) + _HUGE_PAGE,
-                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    offset = -np.frombuffer(memory, np.uint8, count=1).ctypes.data % _HUGE_PAGE
+    memory, offset = _huge_memory(max(whole, nbytes))
     try:
         memory.madvise(advise, offset, whole)
-    except OSError:  # a kernel without transparent huge pages: 4 KiB pages, as a bytearray
+    except OSError:  # a kernel without transparent huge pages: 4 KiB pages
         pass
     return memory, offset
 
 
+class _Arena:
+    """Batch memory for batches of 64 KiB to 2 MiB, cut in order from huge pages: a mapping of
+    whole 2 MiB extents advised for transparent huge pages (MADV_HUGEPAGE), in chunks of one
+    size, each starting on a page. An arena holds the fewest extents of which at most an
+    eighth is left over (two batches of 1 MB in one extent; never more than 9 extents). Its
+    memory is freed once none of its chunks is referenced, and a huge page is allocated at its
+    first write: an arena holds no more memory than the extents its chunks reach into.
+
+    On the development VM, batches of 1 MB in 4 KiB pages of their own cost the demo a third
+    of its stream in first writes (a fault at a page's first write by a copy, another at its
+    first write by a read), and those first writes made reads look 4-10x dearer than they are
+    to the gather's automatic choice, which then faulted the archive in where reading was
+    faster: the demo streamed 59-74k excerpts/s, 117-142k in huge pages (five alternating
+    runs each)."""
+
+    def __init__(self, nbytes):
+        self.chunk = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        extents = -(-self.chunk // _HUGE_PAGE)
+        while (extents * _HUGE_PAGE) % self.chunk > extents * _HUGE_PAGE // 8:
+            extents += 1
+        self.memory, self.next = _huge_memory(extents * _HUGE_PAGE)
+        self.end = self.next + extents * _HUGE_PAGE // self.chunk * self.chunk
+        try:
+            self.memory.madvise(mmap.MADV_HUGEPAGE, self.next, extents * _HUGE_PAGE)
+        except OSError:  # a kernel without transparent huge pages: 4 KiB pages
+            pass
+
+    def take(self):
+        """(mmap, offset) of the next chunk, or None when every chunk was taken."""
+        if self.next == self.end:
+            return None
+        self.next += self.chunk
+        return self.memory, self.next - self.chunk
+
+
 class _Buffers:
     """The Loader's output memory, recycled by ownership: each batch array is made on memory
-    of its own (_batch_memory) and watched by a weak reference, whose callback gives the
-    memory back for a later batch once the array is gone, and with it every view, Batch and
-    tensor that kept it (a view's base is the array, a tensor holds the array). Up to
-    ``limit`` released buffers are kept."""
+    of its own (_batch_memory, or a chunk of an _Arena) and watched by a weak reference, whose
+    callback gives the memory back for a later batch once the array is gone, and with it
+    every view, Batch and tensor that kept it (a view's base is the array, a tensor holds the
+    array). Up to ``limit`` released buffers are kept."""
 
     def __init__(self, limit):
         self._free = []  # released (nbytes, buffer, offset), each of one batch array
         self._lent = {}  # id(weak reference) -> (weak reference, memory) of live arrays
+        self._arenas = {}  # nbytes -> the _Arena that batches of nbytes are cut from
         self._limit = limit
 
     def array(self, field, shape, dtype):
@@ -749,11 +793,23 @@ class _Buffers:
         else:
             # Fresh memory costs a page fault per 4 KiB on its first write, more than the
             # gather itself for large batches: hence the recycling.
-            memory = (nbytes,) + _batch_memory(nbytes)
+            memory = (nbytes,) + self._fresh(nbytes)
         array = np.ndarray(shape, dtype, buffer=memory[1], offset=memory[2])
         watch = weakref.ref(array, self._release)
         self._lent[id(watch)] = watch, memory
         return array
+
+    def _fresh(self, nbytes):
+        if nbytes < _SMALL_BATCH or not hasattr(mmap, "MADV_HUGEPAGE"):
+            return bytearray(nbytes), 0
+        if nbytes >= _HUGE_PAGE:
+            return _batch_memory(nbytes)
+        arena = self._arenas.get(nbytes)
+        chunk = arena.take() if arena else None
+        if chunk is None:
+            self._arenas[nbytes] = arena = _Arena(nbytes)
+            chunk = arena.take()
+        return chunk
 
     def _release(self, watch):  # runs where the array's last reference goes
         _, memory = self._lent.pop(id(watch))

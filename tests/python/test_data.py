@@ -469,9 +469,10 @@ def test_a_loaders_large_batches_are_advised_for_huge_pages(tmp_path):
     memory, offset = mmnpz.data._batch_memory(huge + 1)
     start = np.frombuffer(memory, np.uint8).ctypes.data + offset
     assert "hg" in vm_flags(start) and "hg" not in vm_flags(start + huge)
-    # Below 2 MiB: a bytearray.
+    # Just below a whole extent: rounded up to it.
     memory, offset = mmnpz.data._batch_memory(huge - 1)
-    assert isinstance(memory, bytearray) and len(memory) == huge - 1 and offset == 0
+    start = np.frombuffer(memory, np.uint8).ctypes.data + offset
+    assert start % huge == 0 and "hg" in vm_flags(start) and "hg" in vm_flags(start + huge - 1)
     # The Loader's batches of 3 MB are made there, and hold what numpy reads.
     arrays = {f"x{k}": np.random.default_rng(k).standard_normal((3000, 64)).astype(np.float32)
               for k in range(4)}
@@ -514,6 +515,57 @@ def test_a_batchs_data_held_alone_is_never_overwritten(shards):
     assert len(held) == 50
     assert all(np.array_equal(h, c) for h, c in zip(held, copies))
     assert len({h.ctypes.data for h in held}) == len(held)
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no madvise(MADV_HUGEPAGE)")
+def test_batches_of_64_kib_to_2_mib_are_cut_from_huge_pages_without_overlapping(tmp_path):
+    huge, page = 2 << 20, mmap.PAGESIZE
+    # The extents an arena takes: the fewest of which at most an eighth is left over (700 KB:
+    # one extent leaves 680 KiB, two 676 KiB, three 672 KiB of 6 MiB).
+    for nbytes, chunks, extents in [(1_024_000, 2, 1), (64 << 10, 32, 1), (huge - 1, 1, 1),
+                                    (700_000, 8, 3), (1_100_000, 5, 3), (1_500_000, 4, 3)]:
+        arena = mmnpz.data._Arena(nbytes)
+        chunk = -(-nbytes // page) * page
+        assert arena.chunk == chunk and arena.end - arena.next == chunks * chunk, nbytes
+        start = np.frombuffer(arena.memory, np.uint8).ctypes.data + arena.next
+        assert start % huge == 0 and "hg" in vm_flags(start), nbytes
+        assert "hg" in vm_flags(start + extents * huge - 1), nbytes
+        assert len(arena.memory) == (extents + 1) * huge, nbytes  # and room to align
+        taken = [arena.take() for _ in range(chunks)]
+        assert arena.take() is None
+        assert [off for _, off in taken] == [arena.end - (chunks - k) * chunk
+                                             for k in range(chunks)]
+        assert all(memory is arena.memory for memory, _ in taken)
+    # A Loader's batches of 1 MB (128 excerpts of 2,000 bytes) and of 600 KB (the second
+    # field): page-aligned, in huge-page-advised memory, two batches never sharing a byte,
+    # every excerpt what numpy reads.
+    a = {f"a{k}": np.random.default_rng(k).integers(0, 1 << 30, (900, 500), np.int32)
+         for k in range(6)}
+    b = {f"b{k}": np.random.default_rng(k + 9).integers(0, 1 << 30, (900, 300), np.int32)
+         for k in range(6)}
+    np.savez(tmp_path / "a.npz", **a)
+    np.savez(tmp_path / "b.npz", **b)
+    ds_a, ds_b = mmnpz.Dataset(tmp_path / "a.npz"), mmnpz.Dataset(tmp_path / "b.npz")
+    sampler = mmnpz.Sampler(ds_a, "replacement", length=2, num_samples=128 * 12, seed=3)
+    kept, spans = [], []
+    for batch in mmnpz.Loader(ds_a, sampler, 128, fields=[(ds_b, 1)], prefetch=2):
+        for field, items, width in ((0, a, 500), (1, b, 300)):
+            data = batch.data[field]
+            assert data.shape == (128, 2, width) and data.ctypes.data % page == 0
+            assert "hg" in vm_flags(data.ctypes.data)
+            for k, (i, st) in enumerate(zip(batch.indices, batch.starts)):
+                want = items[f"{'ab'[field]}{i}"][st:st + 2]
+                assert np.array_equal(data[k], want), (batch.position, field, k)
+            spans.append((data.ctypes.data, data.ctypes.data + data.nbytes))
+        kept.append(batch)  # held: every batch needs memory of its own
+    spans.sort()
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    assert len(spans) == 24
+    # Released, their memory comes back.
+    del kept, batch
+    addresses = {b.data[0].ctypes.data for b in mmnpz.Loader(
+        ds_a, sampler, 128, fields=[(ds_b, 1)], prefetch=2)}
+    assert len(addresses) <= 6
 
 
 def test_released_batches_are_recycled_without_counting_references(shards, monkeypatch):
