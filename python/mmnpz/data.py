@@ -738,7 +738,7 @@ class _Arena:
     """Batch memory for batches of 64 KiB to 2 MiB, cut in order from huge pages: a mapping of
     whole 2 MiB extents advised for transparent huge pages (MADV_HUGEPAGE), in chunks of one
     size, each starting on a page. An arena holds the fewest extents of which at most an
-    eighth is left over (two batches of 1 MB in one extent; never more than 9 extents). Its
+    eighth is left over (two batches of 1 MB in one extent; never more than 7 extents). Its
     memory is freed once none of its chunks is referenced, and a huge page is allocated at its
     first write: an arena holds no more memory than the extents its chunks reach into.
 
