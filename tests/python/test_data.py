@@ -542,7 +542,7 @@ def test_batches_of_64_kib_to_2_mib_are_cut_from_huge_pages_without_overlapping(
         assert [off for _, off in taken] == [arena.end - (chunks - k) * chunk
                                              for k in range(chunks)]
         assert all(memory is arena.memory for memory, _ in taken)
-    # A Loader's batches of 1 MB (128 excerpts of 2,000 bytes) and of 600 KB (the second
+    # A Loader's batches of 500 KiB (128 excerpts of 4,000 bytes) and of 300 KiB (the second
     # field): page-aligned, in huge-page-advised memory, two batches never sharing a byte,
     # every excerpt what numpy reads.
     a = {f"a{k}": np.random.default_rng(k).integers(0, 1 << 30, (900, 500), np.int32)
