@@ -701,37 +701,35 @@ _HUGE_PAGE = 2 << 20  # bytes of a transparent huge page (x86-64, and 4 KiB-page
 _SMALL_BATCH = 64 << 10  # below: a bytearray (a few pages, whose first writes cost little)
 
 
-def _huge_memory(nbytes):
-    """(mmap, offset): ``nbytes`` of private anonymous memory, zeroed and not yet touched,
-    at ``offset`` in the mmap, starting on a huge page; the caller advises it (MADV_HUGEPAGE
-    where the attribute exists)."""
+def _huge_memory(nbytes, advised):
+    """(mmap, offset): ``nbytes`` of private anonymous memory, zeroed and not yet touched, at
+    ``offset`` in the mmap, starting on a huge page, whose first ``advised`` bytes are advised
+    for transparent huge pages (MADV_HUGEPAGE; 4 KiB pages where the kernel refuses)."""
     # Room to align the start: address space only, never touched.
     memory = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return memory, -np.frombuffer(memory, np.uint8, count=1).ctypes.data % _HUGE_PAGE
+    offset = -np.frombuffer(memory, np.uint8, count=1).ctypes.data % _HUGE_PAGE
+    if advised:
+        try:
+            memory.madvise(mmap.MADV_HUGEPAGE, offset, advised)
+        except OSError:  # a kernel without transparent huge pages
+            pass
+    return memory, offset
 
 
 def _batch_memory(nbytes):
-    """(buffer, offset): ``nbytes`` of zeroed memory at ``offset`` in ``buffer``, for a batch
+    """(mmap, offset): ``nbytes`` of zeroed memory at ``offset`` in the mmap, for a batch
     array of at least 2 MiB about to be written whole (smaller batches are cut from an
     _Arena): private anonymous memory whose huge-page-aligned part is advised for transparent
-    huge pages (MADV_HUGEPAGE): its whole 2 MiB extents, and the last, partial one too when
-    that adds at most an eighth of ``nbytes``. Each fresh 4 KiB page costs a page fault at
-    its first write, and on some virtual machines once more at the first write of the other
-    kind (the kernel's, a read, after the process's own, a copy, or the other way round): 9-12
-    ms for the first batch of 3.9 MB read into fresh 4 KiB pages on the development VM, 1.2-1.9
-    ms in huge pages. Without madvise, a bytearray."""
-    advise = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advise is None:
-        return bytearray(nbytes), 0
+    huge pages: its whole 2 MiB extents, and the last, partial one too when that adds at most
+    an eighth of ``nbytes``. Each fresh 4 KiB page costs a page fault at its first write, and
+    on some virtual machines once more at the first write of the other kind (the kernel's, a
+    read, after the process's own, a copy, or the other way round): 9-12 ms for the first
+    batch of 3.9 MB read into fresh 4 KiB pages on the development VM, 1.2-1.9 ms in huge
+    pages. Needs mmap.MADV_HUGEPAGE."""
     whole = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
     if whole - nbytes > nbytes // 8:
         whole -= _HUGE_PAGE  # the last extent stays in 4 KiB pages
-    memory, offset = _huge_memory(max(whole, nbytes))
-    try:
-        memory.madvise(advise, offset, whole)
-    except OSError:  # a kernel without transparent huge pages: 4 KiB pages
-        pass
-    return memory, offset
+    return _huge_memory(max(whole, nbytes), whole)
 
 
 class _Arena:
@@ -754,12 +752,8 @@ class _Arena:
         extents = -(-self.chunk // _HUGE_PAGE)
         while (extents * _HUGE_PAGE) % self.chunk > extents * _HUGE_PAGE // 8:
             extents += 1
-        self.memory, self.next = _huge_memory(extents * _HUGE_PAGE)
+        self.memory, self.next = _huge_memory(extents * _HUGE_PAGE, extents * _HUGE_PAGE)
         self.end = self.next + extents * _HUGE_PAGE // self.chunk * self.chunk
-        try:
-            self.memory.madvise(mmap.MADV_HUGEPAGE, self.next, extents * _HUGE_PAGE)
-        except OSError:  # a kernel without transparent huge pages: 4 KiB pages
-            pass
 
     def take(self):
         """(mmap, offset) of the next chunk, or None when every chunk was taken."""
