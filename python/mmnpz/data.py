@@ -701,6 +701,11 @@ _HUGE_PAGE = 2 << 20  # bytes of a transparent huge page (x86-64, and 4 KiB-page
 _SMALL_BATCH = 64 << 10  # below: a bytearray (a few pages, whose first writes cost little)
 
 
+def _aligned(n, to):
+    """``n`` rounded up to a multiple of ``to``."""
+    return -(-n // to) * to
+
+
 def _huge_memory(nbytes, advised):
     """(mmap, offset): ``nbytes`` of private anonymous memory, zeroed and not yet touched, at
     ``offset`` in the mmap, starting on a huge page, whose first ``advised`` bytes are advised
@@ -726,7 +731,7 @@ def _batch_memory(nbytes):
     read, after the process's own, a copy, or the other way round): 9-12 ms for the first
     batch of 3.9 MB read into fresh 4 KiB pages on the development VM, 1.2-1.9 ms in huge
     pages. Needs mmap.MADV_HUGEPAGE."""
-    whole = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
+    whole = _aligned(nbytes, _HUGE_PAGE)
     if whole - nbytes > nbytes // 8:
         whole -= _HUGE_PAGE  # the last extent stays in 4 KiB pages
     return _huge_memory(max(whole, nbytes), whole)
@@ -736,9 +741,11 @@ class _Arena:
     """Batch memory for batches of 64 KiB to 2 MiB, cut in order from huge pages: a mapping of
     whole 2 MiB extents advised for transparent huge pages (MADV_HUGEPAGE), in chunks of one
     size, each starting on a page. An arena holds the fewest extents of which at most an
-    eighth is left over (two batches of 1 MB in one extent; never more than 7 extents). Its
-    memory is freed once none of its chunks is referenced, and a huge page is allocated at its
-    first write: an arena holds no more memory than the extents its chunks reach into.
+    eighth is left over (two batches of 1 MB in one extent; never more than 7 extents). A
+    huge page is allocated at its first write: an arena holds no more memory than the extents
+    its chunks reached into. Its memory is freed once _Buffers has moved on to a new arena for
+    its size (every chunk taken) and none of its chunks is referenced, neither by a batch nor
+    among the released buffers _Buffers keeps.
 
     On the development VM, batches of 1 MB in 4 KiB pages of their own cost the demo a third
     of its stream in first writes (a fault at a page's first write by a copy, another at its
@@ -748,7 +755,7 @@ class _Arena:
     runs each)."""
 
     def __init__(self, nbytes):
-        self.chunk = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.chunk = _aligned(nbytes, mmap.PAGESIZE)
         extents = -(-self.chunk // _HUGE_PAGE)
         while (extents * _HUGE_PAGE) % self.chunk > extents * _HUGE_PAGE // 8:
             extents += 1

@@ -37,7 +37,7 @@ from torch._utils import ExceptionWrapper
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core, _mmnpz
-from .data import Dataset, Sampler, _refuse_short, gather_fields
+from .data import Dataset, Sampler, _aligned, _refuse_short, gather_fields
 
 __all__ = ["ExcerptBatches", "ExcerptLoader", "loader"]
 
@@ -68,10 +68,6 @@ def _shared_empty(shape, dtype):
 
 
 _ALIGN = 64  # bytes: where each field of a batch starts within its slot
-
-
-def _aligned(n, to=_ALIGN):
-    return -(-n // to) * to
 
 
 class _Ring:
@@ -167,7 +163,7 @@ def _field_views(memory, layouts):
     for dtype, shape in layouts:
         nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
         views.append(memory[offset:offset + nbytes].view(dtype).reshape(shape))
-        offset = _aligned(offset + nbytes)
+        offset = _aligned(offset + nbytes, _ALIGN)
     return views
 
 
@@ -401,7 +397,7 @@ class ExcerptBatches(torch.utils.data.Dataset):
             layout = self._layouts[f]
             layouts = layout[0] if isinstance(layout[1], np.ndarray) else [layout]
             row = max(d.itemsize * int(np.prod(t, dtype=np.int64)) for d, t in layouts)
-            total = _aligned(total + row * int(rows) * self.batch_size)
+            total = _aligned(total + row * int(rows) * self.batch_size, _ALIGN)
         self._data_size = total
         return total
 
