@@ -713,11 +713,10 @@ def _huge_memory(nbytes, advised):
     # Room to align the start: address space only, never touched.
     memory = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     offset = -np.frombuffer(memory, np.uint8, count=1).ctypes.data % _HUGE_PAGE
-    if advised:
-        try:
-            memory.madvise(mmap.MADV_HUGEPAGE, offset, advised)
-        except OSError:  # a kernel without transparent huge pages
-            pass
+    try:
+        memory.madvise(mmap.MADV_HUGEPAGE, offset, advised)
+    except OSError:  # a kernel without transparent huge pages
+        pass
     return memory, offset
 
 

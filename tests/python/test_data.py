@@ -450,6 +450,8 @@ def vm_flags(address):
 
 
 def skip_without_huge_pages():
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        pytest.skip("no madvise(MADV_HUGEPAGE)")
     try:
         mmap.mmap(-1, 2 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS).madvise(
             mmap.MADV_HUGEPAGE)
@@ -457,7 +459,6 @@ def skip_without_huge_pages():
         pytest.skip("this kernel refuses MADV_HUGEPAGE (no transparent huge pages)")
 
 
-@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no madvise(MADV_HUGEPAGE)")
 def test_a_loaders_large_batches_are_advised_for_huge_pages(tmp_path):
     huge = 2 << 20
     skip_without_huge_pages()
@@ -521,7 +522,6 @@ def test_a_batchs_data_held_alone_is_never_overwritten(shards):
     assert len({h.ctypes.data for h in held}) == len(held)
 
 
-@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no madvise(MADV_HUGEPAGE)")
 def test_batches_of_64_kib_to_2_mib_are_cut_from_huge_pages_without_overlapping(tmp_path):
     huge, page = 2 << 20, mmap.PAGESIZE
     skip_without_huge_pages()
