@@ -75,7 +75,7 @@ struct writer::impl {
   std::vector<zip::central_entry> entries;
   std::deque<std::string> entry_names;  // what entries' names point to
   std::unordered_set<std::string> names;
-  std::uint64_t file_end = 0;  // highest byte written, for truncation at close
+  std::uint64_t file_end = 0;  // end of what a write may have reached (set before it)
 
   // The member being written.
   bool active = false;
@@ -137,6 +137,7 @@ struct writer::impl {
   // Starts a member of `nbytes` data bytes after `npy` (a .npy header, or nothing), whose
   // data lands at an aligned offset.
   void begin_member(std::string full, std::string npy, std::uint64_t nbytes) {
+    drop_abandoned();
     std::uint64_t member_size = 0;
     if (!detail::checked_add(npy.size(), nbytes, member_size)) {
       refuse(full, "the array's size overflows");
@@ -259,8 +260,8 @@ struct writer::impl {
       return;
     }
     const iovec parts[2] = {{head.data(), head.size()}, {const_cast<void*>(p), k}};
-    detail::pwritev_all(fd, parts, k ? 2 : 1, pos, path);
     file_end = std::max(file_end, pos + head.size() + k);
+    detail::pwritev_all(fd, parts, k ? 2 : 1, pos, path);
     head_written = true;
   }
 
@@ -313,8 +314,17 @@ struct writer::impl {
   }
 
   void write_at(const void* data, std::size_t n, std::uint64_t offset) {
-    detail::pwrite_all(fd, data, n, offset, path);
     if (offset + n > file_end) file_end = offset + n;
+    detail::pwrite_all(fd, data, n, offset, path);
+  }
+
+  // Cuts what an abandoned or failed member left after the last committed one, before the
+  // next member is written over it: a shorter member committed there would leave its stale
+  // tail after it, which recover() (after a crash) would refuse to cut.
+  void drop_abandoned() {
+    if (file_end <= pos) return;
+    if (::ftruncate(fd, static_cast<off_t>(pos)) != 0) throw errors::os(path, "truncate", errno);
+    file_end = pos;
   }
 
   void close() {
@@ -710,8 +720,9 @@ void writer::write_encoded(std::string_view name, std::string_view suffix, std::
   zip::emit_local_header(local, h);
   const iovec parts[2] = {{local.data(), local.size()},
                           {const_cast<char*>(payload.data()), payload.size()}};
-  detail::pwritev_all(w.fd, parts, 2, w.pos, w.path);
+  w.drop_abandoned();
   w.file_end = std::max(w.file_end, w.pos + local.size() + payload.size());
+  detail::pwritev_all(w.fd, parts, 2, w.pos, w.path);
   zip::central_entry e;
   e.flags = h.flags;
   e.method = method;

@@ -472,6 +472,43 @@ std::optional<directory> interrupted_append(const window& w, std::uint64_t befor
   return std::nullopt;
 }
 
+// The local header of the member whose bytes hold offset `start` (an archive starting there
+// was stored in it as bytes), when one of the last local header signatures before `start`
+// (a bounded number of them) reads as such a member by its sizes. A member whose sizes follow
+// its data (a data descriptor) is taken to hold whatever follows its header.
+std::optional<std::uint64_t> stored_in_member(const window& w, std::uint64_t start,
+                                              const std::string& path) {
+  constexpr int max_candidates = 64;
+  const context ctx{path};
+  read_buffer buf, header;
+  int tried = 0;
+  std::uint64_t pos = start;  // candidates lie before it
+  while (pos > 0 && tried < max_candidates) {
+    const std::uint64_t lo = pos - std::min(pos, scan_piece);
+    const std::uint64_t hi = std::min(w.size, pos + local_header_size);
+    const std::byte* data = w.piece(lo, hi - lo, buf);
+    while (pos > lo && tried < max_candidates) {
+      const void* hit = ::memrchr(data, 0x50, static_cast<std::size_t>(pos - lo));  // 'P'
+      if (!hit) {
+        pos = lo;
+        break;
+      }
+      pos = lo + static_cast<std::uint64_t>(static_cast<const std::byte*>(hit) - data);
+      if (record_at(data + (pos - lo), hi - pos) != record_kind::local_header) continue;
+      ++tried;
+      const std::uint64_t length = local_header_length(data + (pos - lo), hi - pos);
+      if (length == 0 || pos + length > start) continue;  // its header overlaps the archive
+      try {
+        byte_reader r(w.piece(pos, length, header), length, pos, ctx, errc::corrupt_zip);
+        const local_header h = parse_local_header(r);
+        if (h.has_data_descriptor() || start - h.data_offset < h.compressed_size) return pos;
+      } catch (const error&) {
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool starts_appended_member(const std::byte* p, std::uint64_t avail) {
@@ -501,11 +538,30 @@ directory read_window(const window& w, const std::string& path) {
   try {
     directory d = read_from(w, *classic, path);
     // An archive after bytes that hold a member of their own may be one stored in a member
-    // that an interrupted append wrote (a .zip written as bytes): the outer archive wins.
-    if (d.shift != 0 && !d.members.empty() &&
-        first_local_header(w).before(d.leading_bytes + 1) != d.leading_bytes) {
-      if (auto outer = interrupted_append(w, classic->offset, path)) {
-        return std::move(*outer);
+    // (a .zip or .npz written as bytes, empty or not) by a writer that died before close():
+    // the outer archive wins when an interrupted append left one. When the archive lies in
+    // such a member and no archive lists it, the file is no archive yet (its members have no
+    // directory): read as the inner one, an append would write a directory without them.
+    if (d.shift != 0) {
+      first_local_header first(w);
+      const std::optional<std::uint64_t> holder =
+          first.before(d.leading_bytes) < d.leading_bytes
+              ? stored_in_member(w, d.leading_bytes, path)
+              : std::nullopt;
+      if (holder || (!d.members.empty() && first.before(d.leading_bytes + 1) != d.leading_bytes)) {
+        if (auto outer = interrupted_append(w, classic->offset, path)) {
+          return std::move(*outer);
+        }
+      }
+      if (holder) {
+        ctx.fail(errc::corrupt_zip, classic->offset,
+                 "the archive of this end record, from offset " +
+                     std::to_string(d.leading_bytes) +
+                     ", lies in the bytes of the member whose local header is at offset " +
+                     std::to_string(*holder) +
+                     ", which no directory lists (a writer that stored an archive as a member "
+                     "died before close()?); running `mmnpz recover` on it may restore its "
+                     "members");
       }
     }
     return d;

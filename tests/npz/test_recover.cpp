@@ -436,6 +436,112 @@ TEST_SUITE("recover") {
     CHECK(r.comment() == "dataset v3");
   }
 
+  TEST_CASE("a writer killed after storing an archive as its last member loses no member: the "
+            "inner archive is not taken for the file's, and recover restores them all") {
+    const std::string empty_zip = std::string("PK\x05\x06", 4) + std::string(18, '\0');
+    const std::string inner_path = test::scratch("stored_inner.npz");
+    {
+      mmnpz::writer w(inner_path);
+      const std::int32_t x[] = {7, 8, 9};
+      w.write("inner_member", x, {3});
+    }
+    const std::string base = test::scratch("stored_base.npz");
+    {
+      mmnpz::writer w(base);
+      const double x[] = {1.5, 2.5};
+      w.write("old", x, {2});
+    }
+    const double y[] = {3.5, 4.5, 5.5};
+    for (const std::string& inner : {empty_zip, test::read_file(inner_path)}) {
+      for (const bool append : {false, true}) {
+        CAPTURE(inner.size());
+        CAPTURE(append);
+        const std::string path = test::scratch("stored_archive_last.npz");
+        std::ofstream(path, std::ios::binary | std::ios::trunc)
+            << (append ? test::read_file(base) : std::string());
+        {
+          mmnpz::writer w(path, {append ? mmnpz::open_mode::append : mmnpz::open_mode::truncate});
+          w.write("a", y, {3});
+          w.write_bytes("nested.npz", inner.data(), inner.size());
+          w.close();
+        }
+        std::uint64_t cut = 0;  // the end of nested.npz: the writer died before its directory
+        std::uint64_t nested_header = 0;
+        {
+          const mmnpz::reader r(path);
+          const mmnpz::bytes_view b = r.bytes("nested.npz");
+          cut = static_cast<std::uint64_t>(b.data - r.file_bytes().data) + b.size;
+          nested_header = r.member(r.index_of("nested.npz")).local_header_offset;
+        }
+        std::string bytes = test::read_file(path);
+        bytes.resize(static_cast<std::size_t>(cut));
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+        if (append) {
+          const mmnpz::reader r(path);  // as it was before the append
+          CHECK(r.names() == std::vector<std::string>{"old"});
+          CHECK(r.was_interrupted());
+          CHECK_THROWS_AS(mmnpz::writer(path, {mmnpz::open_mode::append}), mmnpz::error);
+        } else {
+          const std::string message =
+              path + " at offset " + std::to_string(cut - 22) +
+              ": the archive of this end record, from offset " +
+              std::to_string(inner.size() == 22 ? cut - 22 : cut - inner.size()) +
+              ", lies in the bytes of the member whose local header is at offset " +
+              std::to_string(nested_header) +
+              ", which no directory lists (a writer that stored an archive as a member died "
+              "before close()?); running `mmnpz recover` on it may restore its members";
+          CHECK_THROWS_WITH_AS(mmnpz::reader{path}, message.c_str(), mmnpz::error);
+          CHECK_THROWS_AS(mmnpz::writer(path, {mmnpz::open_mode::append}), mmnpz::error);
+        }
+        const mmnpz::recover_result rec = mmnpz::recover(path);
+        CHECK_FALSE(rec.directory_was_intact);
+        const mmnpz::reader r(path);
+        const auto want = append ? std::vector<std::string>{"old", "a", "nested.npz"}
+                                 : std::vector<std::string>{"a", "nested.npz"};
+        CHECK(r.names() == want);
+        CHECK(r.verify().ok());
+        const mmnpz::bytes_view b = r.bytes("nested.npz");
+        CHECK(std::string(reinterpret_cast<const char*>(b.data), b.size) == inner);
+        CHECK(r.array("a").data_as<double>()[2] == 5.5);
+      }
+    }
+  }
+
+  TEST_CASE("a crash after a member abandoned half-written and a shorter one committed over it "
+            "leaves every committed member to recover") {
+    const std::string path = test::scratch("abandoned_then_committed.npz");
+    {
+      mmnpz::writer w(path);
+      const double x[] = {1.5, 2.5};
+      w.write("old", x, {2});
+    }
+    std::vector<double> big(100000, 0.25);
+    const double small[] = {7.0, 8.0, 9.0};
+    for (const bool raw : {false, true}) {
+      CAPTURE(raw);
+      std::string crashed;  // the file as a writer killed now leaves it
+      {
+        mmnpz::writer w(path, {mmnpz::open_mode::append});
+        {
+          mmnpz::writer::stream s = raw ? w.begin_bytes("big", big.size() * sizeof(double))
+                                        : w.begin("big", mmnpz::dtype::of<double>(), {big.size()});
+          s.write(big.data(), big.size() / 2 * sizeof(double));
+        }  // abandoned: half its bytes are in the file
+        w.write(raw ? "second_raw" : "second", small, {3});
+        crashed = test::read_file(path);
+      }
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << crashed;
+      const mmnpz::recover_result rec = mmnpz::recover(path);
+      CHECK(rec.bytes_cut == 0);
+      const mmnpz::reader r(path);
+      const auto want = raw ? std::vector<std::string>{"old", "second", "second_raw"}
+                            : std::vector<std::string>{"old", "second"};
+      CHECK(r.names() == want);
+      CHECK(r.verify().ok());
+      CHECK(r.array(raw ? "second_raw" : "second").data_as<double>()[2] == 9.0);
+    }
+  }
+
   TEST_CASE("refuses a file with no member to recover") {
     const std::string path = test::scratch("nothing.npz");
     std::ofstream(path) << "no zip here";
