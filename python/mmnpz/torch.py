@@ -747,8 +747,12 @@ class _Workers:
         epoch, first = self._batches._begin_pass()
         self._epoch, self._first, self._next, self._end = epoch, first, first, len(self._batches)
         self._control_np[[_EPOCH, _FIRST, _END]] = epoch, first, self._end
-        for semaphore in self._start:
-            semaphore.release()
+        # Only workers with a batch in the pass are started: the pass ends when they all gave
+        # theirs, so each has read the control before the next pass writes it. A worker with
+        # none (a pass resumed near its end) that took its start late would read the next
+        # pass's control and run that pass twice.
+        for w in range(min(self._num_workers, max(0, self._end - first))):
+            self._start[w].release()
 
     def __iter__(self):
         return self

@@ -7,6 +7,7 @@ import pickle
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -368,6 +369,29 @@ def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, 
     with pytest.raises(ValueError, match="the saved state's epoch 1 and position 13 are not "
                                          "the start of a batch of 3 in an epoch of 6 batches"):
         resumed.load_state_dict(dict(state, position=13))
+
+
+def _worker_1_starts_late(worker):
+    if worker == 1:
+        time.sleep(1.0)  # a slow import, a busy machine
+
+
+def test_persistent_workers_resumed_where_a_worker_has_no_batch_give_every_next_pass_right(
+        shards):
+    """Resumed at an epoch's last batch, worker 1 has no batch in the first pass; it must not
+    run the next pass twice (which handed out stale batches under later epochs)."""
+    options = dict(select="clip??", length=LENGTH, batch_size=3, seed=6, pad="fill",
+                   drop_last=False)
+    whole = loader(ExcerptBatches(spec(shards), **options))
+    stream = [list(whole) for _ in range(4)]
+    assert len(stream[0]) == 6
+    resumed = loader(spec(shards), num_workers=2, multiprocessing_context="fork",
+                     persistent_workers=True, worker_init_fn=_worker_1_starts_late, **options)
+    resumed.load_state_dict(dict(resumed.state_dict(), position=15))  # epoch 0, batch 5
+    passes = [list(resumed) for _ in range(4)]
+    assert [[b["batch"] for b in p] for p in passes] == [[5]] + [list(range(6))] * 3
+    for got, want in zip(sum(passes, []), stream[0][5:] + stream[1] + stream[2] + stream[3]):
+        assert_same_batch(got, want)
 
 
 def ring_of(iterator):
