@@ -577,12 +577,14 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
             file = io.BytesIO(magic + file.read())
         if magic == _NPY_MAGIC:
             return _load_npy(file, **npy)
+        if _is_pickle(magic):  # whatever it holds (the bytes of an archive, say)
+            return _load_other(file, npy, None)
         if not _mmnpz.looks_like_zip(magic):
             return _load_other(file, npy, lambda: NpzReader(file, mmap_mode, **npz))
         return NpzReader(file, mmap_mode, **npz)
     path = _core.path(file)
     try:
-        return NpzReader(path, mmap_mode, **npz)  # an archive: opened without a look first
+        reader = NpzReader(path, mmap_mode, **npz)  # an archive: opened without a look first
     except _mmnpz.FormatError:
         try:
             regular = stat.S_ISREG(os.stat(path).st_mode)
@@ -598,11 +600,34 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
             if not npy["allow_pickle"] or _mmnpz.looks_like_zip(magic):
                 raise
             return _load_other(f, npy, None)
+    if not reader._reader.leading_bytes:
+        return reader
+    # Bytes before the archive: a .npy or a pickle that holds the bytes of one is what
+    # numpy reads it as, by its first bytes.
+    with open(path, "rb") as f:
+        magic = f.read(len(_NPY_MAGIC))
+    if magic != _NPY_MAGIC and not _is_pickle(magic):
+        return reader  # a self-extracting archive, say
+    reader.close()
+    with open(path, "rb") as f:
+        if magic == _NPY_MAGIC:
+            return _load_npy(path if mmap_mode else f, **npy)
+        return _load_other(f, npy, None)
+
+
+def _is_pickle(magic):
+    """Whether `magic`, a file's first bytes, starts a pickle of protocol 2 or later (numpy's
+    object arrays and pickled files are)."""
+    return len(magic) >= 2 and magic[0] == 0x80 and 2 <= magic[1] <= 5
 
 
 def _load_other(fid, npy, open_zip):
     """Neither ZIP nor .npy magic: a ZIP archive after leading bytes (a self-extracting
-    archive), else, as numpy does, a pickle when allow_pickle."""
+    archive; `open_zip` opens it, None when the file is a pickle by its first bytes), else,
+    as numpy does, a pickle when allow_pickle."""
+    if open_zip is None and not npy["allow_pickle"]:
+        raise ValueError(f"{_file_object_name(fid)}: Cannot load file containing pickled data "
+                         "when allow_pickle=False")
     start = fid.tell()
     if open_zip is not None:
         try:

@@ -551,3 +551,50 @@ def test_files_is_left_out_of_the_cycle_collectors_passes(npz):
     assert files == want and type(files) is list
     files.append("extra")  # still a list to change; an item that could make a cycle tracks it
     assert files[-1] == "extra"
+
+
+def _archive_bytes():
+    inner = io.BytesIO()
+    np.savez(inner, secret=np.arange(3))
+    return inner.getvalue()
+
+
+def test_a_npy_holding_the_bytes_of_an_archive_loads_as_its_array_as_numpy(tmp_path):
+    """Its end record is found, after leading bytes; the .npy magic decides, as in numpy."""
+    path = tmp_path / "holds_zip.npy"
+    np.save(path, np.frombuffer(_archive_bytes(), np.uint8))
+    want = np.load(path)
+    for mode in ("r", None):
+        got = mmnpz.load(path, mmap_mode=mode)
+        assert isinstance(got, np.ndarray), (mode, type(got))
+        assert_same_array(got, want)
+    with open(path, "rb") as f:
+        assert_same_array(mmnpz.load(f), want)
+
+
+def test_a_pickle_holding_the_bytes_of_an_archive_loads_as_numpy_loads_it(tmp_path):
+    path = tmp_path / "holds_zip.pkl"
+    value = {"name": "x", "blob": _archive_bytes()}
+    with open(path, "wb") as f:
+        pickle.dump(value, f, protocol=4)
+    assert np.load(path, allow_pickle=True) == value
+    assert mmnpz.load(path, allow_pickle=True) == value
+    with open(path, "rb") as f:
+        assert mmnpz.load(f, allow_pickle=True) == value
+    with pytest.raises(ValueError, match="Cannot load file containing pickled data"):
+        np.load(path)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: Cannot load file containing "
+                                                   "pickled data when allow_pickle=False")):
+        mmnpz.load(path)
+    with open(path, "rb") as f, pytest.raises(ValueError, match="Cannot load file containing "
+                                                                "pickled data"):
+        mmnpz.load(f)
+
+
+def test_an_archive_after_bytes_that_are_no_npy_nor_pickle_still_opens(tmp_path, npz, arrays):
+    path = tmp_path / "self_extracting.bin"
+    path.write_bytes(b"#!/bin/sh\nexit 0\n" + npz.read_bytes())
+    reader, want = mmnpz.load(path), np.load(npz)
+    assert reader.files == want.files and set(want.files) == set(arrays)
+    for name in arrays:
+        assert_same_array(reader[name], want[name])
