@@ -659,8 +659,11 @@ def _load_npy(file, mmap_mode, allow_pickle, pickle_kwargs, max_header_size):
             file, version, max_header_size=2**64 if allow_pickle else max_header_size)
         if dtype.hasobject:
             raise ValueError("Array can't be memory-mapped: Python objects in dtype.")
-        return np.memmap(file, dtype=dtype, shape=shape, order="F" if fortran_order else "C",
-                         mode=mmap_mode, offset=file.tell())
+        offset = file.tell()
+        array = np.memmap(file, dtype=dtype, shape=shape, order="F" if fortran_order else "C",
+                          mode=mmap_mode, offset=offset)
+        file.seek(offset + array.nbytes)  # after the array, as reading it leaves the file
+        return array
     if mmap_mode == "r+":
         raise ValueError(f"{_file_object_name(file)}: 'r+' needs a file to write into; the "
                          ".npy was given in memory")

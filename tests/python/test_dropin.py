@@ -598,3 +598,21 @@ def test_an_archive_after_bytes_that_are_no_npy_nor_pickle_still_opens(tmp_path,
     assert reader.files == want.files and set(want.files) == set(arrays)
     for name in arrays:
         assert_same_array(reader[name], want[name])
+
+
+@pytest.mark.parametrize("mode", ["r", "c", None])
+def test_arrays_saved_one_after_another_in_a_file_load_one_after_another(tmp_path, mode):
+    """np.save(f, a); np.save(f, b) is read back by loading from the same file object twice:
+    a memmap'd .npy leaves the file after its array, as numpy's read does."""
+    path = tmp_path / "seq.npy"
+    with open(path, "wb") as f:
+        np.save(f, np.arange(3))
+        np.save(f, np.arange(10, 15.0))
+        np.save(f, np.zeros((0, 2), np.int8))
+    with open(path, "rb") as f:
+        got = [mmnpz.load(f, mmap_mode=mode) for _ in range(3)]
+        assert f.read() == b""
+    with open(path, "rb") as f:
+        want = [np.load(f) for _ in range(3)]
+    for g, w in zip(got, want):
+        assert_same_array(g, w)
