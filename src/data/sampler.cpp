@@ -118,6 +118,9 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
         }
         prefix_[i + 1] = prefix_[i] + count;
       }
+      if (!windows && prefix_[n] == 0) {  // every item empty: nothing to draw from
+        bad_option("every item is empty: weighted excerpts have no position to start at");
+      }
       epoch_size_ = windows ? prefix_[n] : (o_.num_samples ? o_.num_samples : n);
       index_positions();
       break;

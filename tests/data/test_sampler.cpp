@@ -241,6 +241,24 @@ TEST_SUITE("sampler") {
                          "<sampler>: rank 2 is not below world_size 2", mmnpz::error);
     CHECK_THROWS_WITH_AS(mmnpz::sampler({}, {}), "<sampler>: there are no items to sample from",
                          mmnpz::error);
+    {
+      mmnpz::sampler_options padded;
+      padded.kind = mmnpz::sampling::weighted_excerpts;
+      padded.length = 4;
+      padded.pad_short_items = true;
+      CHECK_THROWS_WITH_AS(mmnpz::sampler({0, 0}, padded),
+                           "<sampler>: every item is empty: weighted excerpts have no position "
+                           "to start at",
+                           mmnpz::error);
+      padded.kind = mmnpz::sampling::sliding_window;  // an epoch of no window
+      CHECK(mmnpz::sampler({0, 0}, padded).epoch_size() == 0);
+      padded.kind = mmnpz::sampling::weighted_excerpts;
+      const mmnpz::sampler one({0, 3, 0}, padded);  // one position: item 1 at row 0
+      std::vector<std::int64_t> indices(3), starts(3);
+      one.fill(0, 0, 3, indices.data(), starts.data());
+      CHECK(indices == std::vector<std::int64_t>{1, 1, 1});
+      CHECK(starts == std::vector<std::int64_t>{0, 0, 0});
+    }
     o = {};
     o.kind = mmnpz::sampling::weighted_excerpts;
     CHECK_THROWS_WITH_AS(mmnpz::sampler(lengths(5), o),

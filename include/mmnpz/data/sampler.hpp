@@ -97,8 +97,8 @@ void validate(const sampler_options& options);
 class sampler {
  public:
   /// `lengths`: each item's length along axis 0. Throws errc::invalid_argument for options
-  /// that validate() refuses, for no items, and when `length` is longer than every item
-  /// (unless pad_short_items).
+  /// that validate() refuses, for no items, when `length` is longer than every item (unless
+  /// pad_short_items), and for weighted excerpts of items all empty.
   sampler(std::vector<std::uint64_t> lengths, sampler_options options);
 
   /// The options the sampler was made with.
