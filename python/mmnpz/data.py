@@ -872,6 +872,13 @@ class Loader:
                               "Loader(pad='none')")
         except _USER_ERRORS as e:
             raise _in_user_words(e, "Loader") from None
+        for k, (field, _) in enumerate(fields):
+            if not isinstance(field, Dataset):
+                raise TypeError(f"Loader: fields[{k}] must be an mmnpz.Dataset and its rate, "
+                                f"not {type(field).__name__}")
+            if len(field) != len(dataset):  # item i of a field goes with item i of the data
+                raise ValueError(f"Loader: fields[{k}] has {len(field)} items, the data "
+                                 f"{len(dataset)}")
         self.dataset, self.sampler, self.batch_size = dataset, sampler, options.batch_size
         self.length, self.pad, self.fill, self.threads = excerpt.length, excerpt.pad, fill, threads
         self.epochs, self.prefetch, self.drop_last = options.epochs, options.prefetch, drop_last

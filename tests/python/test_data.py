@@ -4,6 +4,7 @@ that numpy itself wrote and read back."""
 import contextlib
 import mmap
 import pickle
+import re
 import sys
 import threading
 import zipfile
@@ -227,6 +228,14 @@ def test_fields_at_other_frame_rates_take_the_same_window(tmp_path):
     batch = next(iter(loader))
     assert isinstance(batch.data, tuple) and batch.data[1].shape == (2, 2)
     assert np.array_equal(batch.data[1][0], labels["c0_labels"][batch.starts[0] // 4:][:2])
+    # A field with fewer items than the data is refused when the Loader is made, not once a
+    # batch reaches past its end.
+    sampler = mmnpz.Sampler(specs, "sequential", length=8)
+    with pytest.raises(ValueError, match=re.escape("Loader: fields[0] has 3 items, the data 4")):
+        mmnpz.Loader(specs, sampler, 2, fields=[(labs[:3], 0.25)])
+    with pytest.raises(TypeError, match=re.escape("Loader: fields[1] must be an mmnpz.Dataset "
+                                                  "and its rate, not str")):
+        mmnpz.Loader(specs, sampler, 2, fields=[(labs, 0.25), ("labels", 0.25)])
 
 
 def test_samplers_are_deterministic_and_epochs_differ(shards):
