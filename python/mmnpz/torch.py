@@ -490,16 +490,25 @@ class _EpochKeys(torch.utils.data.Sampler):
 
     def __init__(self, batches):
         self.batches = batches
+        self._first = None  # the first batch of the pass under way
 
     def __iter__(self):
         # A generator: the pass begins with the first key drawn, not at iter(), which a
         # DataLoader iterator calls twice as it starts its workers.
-        epoch, first = self.batches._begin_pass()
-        for b in range(first, len(self.batches)):
-            yield epoch, b
+        epoch, self._first = self.batches._begin_pass()
+        try:
+            for b in range(self._first, len(self.batches)):
+                yield epoch, b
+        finally:
+            self._first = None
 
     def __len__(self):
-        return len(self.batches)
+        """Batches of the pass under way, else of the next one (from where set_epoch or a
+        loaded state put it)."""
+        first = self._first
+        if first is None:
+            first = self.batches._next[1] if self.batches._next is not None else 0
+        return len(self.batches) - first
 
 
 class ExcerptLoader(torch.utils.data.DataLoader):
@@ -684,6 +693,7 @@ class _Workers:
         self._prefetch = loader.prefetch_factor or 2
         self._timeout = loader.timeout
         self._persistent = loader.persistent_workers
+        self._keys = loader.sampler  # told which pass is under way, for len(loader)
         self._pin_device = loader.pin_memory_device or None
         self._pin_memory = loader.pin_memory and bool(self._pin_device or
                                                       torch.cuda.is_available())
@@ -746,6 +756,7 @@ class _Workers:
             self._start_workers()
         epoch, first = self._batches._begin_pass()
         self._epoch, self._first, self._next, self._end = epoch, first, first, len(self._batches)
+        self._keys._first = first
         self._control_np[[_EPOCH, _FIRST, _END]] = epoch, first, self._end
         # Only workers with a batch in the pass are started: the pass ends when they all gave
         # theirs, so each has read the control before the next pass writes it. A worker with
@@ -758,7 +769,8 @@ class _Workers:
         return self
 
     def __len__(self):
-        return len(self._batches)
+        """Batches of the pass under way."""
+        return self._end - self._first
 
     def _wait(self, w, take):
         """take(timeout) until it returns True (the worker's batch is ready, or its queue
@@ -786,6 +798,7 @@ class _Workers:
 
     def __next__(self):
         if self._next >= self._end or not self._workers:
+            self._keys._first = None
             if not self._persistent:
                 self._stop_workers()
             raise StopIteration
@@ -814,6 +827,8 @@ class _Workers:
         return batch
 
     def __del__(self):
+        if getattr(self, "_keys", None) is not None:
+            self._keys._first = None
         if getattr(self, "_workers", None):
             self._stop_workers()
 

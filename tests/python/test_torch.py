@@ -346,7 +346,13 @@ def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, 
     resumed = make()
     resumed.load_state_dict(state)
     assert resumed.state_dict() == state
+    assert len(resumed) == 2  # what the next pass yields, as mmnpz.Loader's len says
+    it = iter(resumed)
+    assert len(it) == 2 and next(it)["batch"] == 4 and len(it) == len(resumed) == 2
+    resumed.load_state_dict(state)
+    assert len(resumed) == 2
     rest, after = list(resumed), list(resumed)
+    assert len(resumed) == 6
     assert [b["batch"] for b in rest] == [4, 5] and len(after) == 6
     for got, want in zip(rest + after, stream[1][4:] + stream[2]):
         assert_same_batch(got, want)
