@@ -170,12 +170,23 @@ py::object memmap_view(const mmnpz::array_view& v, const py::object& base) {
 struct py_reader {
   explicit py_reader(mmnpz::reader opened) : r(std::move(opened)) {}
 
-  py::object lookup(const py::handle& key) {
-    if (!PyUnicode_Check(key.ptr())) return py::none();
+  // The index a str key resolves to; none for a str no member name can be (one that UTF-8
+  // cannot encode: a lone surrogate, as os.fsdecode makes of undecodable bytes).
+  std::optional<std::size_t> find(const py::handle& key) const {
+    if (!PyUnicode_Check(key.ptr())) throw py::type_error("a member name is a str");
     Py_ssize_t len = 0;
     const char* text = PyUnicode_AsUTF8AndSize(key.ptr(), &len);
-    if (!text) throw py::error_already_set();
-    const auto index = r.find(std::string_view(text, static_cast<std::size_t>(len)));
+    if (!text) {
+      if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) throw py::error_already_set();
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    return r.find(std::string_view(text, static_cast<std::size_t>(len)));
+  }
+
+  py::object lookup(const py::handle& key) {
+    if (!PyUnicode_Check(key.ptr())) return py::none();
+    const auto index = find(key);
     if (!index) return py::none();
     if (r.member(*index).is_deflated() || !r.is_array(*index)) {
       return py::make_tuple(*index, py::none());
@@ -433,7 +444,7 @@ appears in errors.)")
           },
           R"(Names without '.npy', like numpy's files.)")
       .def(
-          "find", [](const py_reader& p, std::string_view key) { return p.r.find(key); },
+          "find", [](const py_reader& p, const py::handle& key) { return p.find(key); },
           py::arg("key"), R"(The index a key resolves to (full name, or name + '.npy'), or None.)")
       .def(
           "member", [](const py_reader& p, std::size_t i) { return member_dict(p.r.member(i)); },

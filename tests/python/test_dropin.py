@@ -616,3 +616,12 @@ def test_arrays_saved_one_after_another_in_a_file_load_one_after_another(tmp_pat
         want = [np.load(f) for _ in range(3)]
     for g, w in zip(got, want):
         assert_same_array(g, w)
+
+
+def test_a_key_utf8_cannot_encode_is_no_member_as_in_numpy(npz):
+    """A lone surrogate (os.fsdecode's spelling of undecodable bytes) names no member."""
+    key = "\udc81"
+    for z in (np.load(npz), mmnpz.load(npz)):
+        with pytest.raises(KeyError, match="is not a file in the archive"):
+            z[key]
+        assert key not in z and z.get(key, 0) == 0
