@@ -323,7 +323,9 @@ class NpzReader(collections.abc.Mapping):
         self.f = _BagObj(self)
         if preload:
             for index, name in enumerate(self.files):
-                if not self.allow_pickle and self._reader.array(index)[0] == "object":
+                kind = self._reader.array(index)[0]
+                if (kind == "object" and not self.allow_pickle) or (
+                        kind != "bytes" and not self._header_allowed(index)):
                     continue  # raises on access, as without preload
                 self._by_index[index] = self._item(index)
 

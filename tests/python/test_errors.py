@@ -250,6 +250,19 @@ def test_preload_skips_pickled_arrays_which_raise_only_on_access(tmp_path):
     assert mmnpz.load(path, preload=True, allow_pickle=True)["o"][0] == {"x": 1}
 
 
+def test_preload_skips_headers_over_max_header_size_which_raise_only_on_access(tmp_path):
+    path = tmp_path / "wide.npz"
+    wide = np.zeros(2, [(f"f{i:04d}", "<i4") for i in range(600)])  # a header of some 10 KB
+    np.savez(path, wide=wide, x=np.arange(3), raw=np.frombuffer(b"bytes", np.uint8))
+    reader = mmnpz.load(path, preload=True)
+    assert sorted(reader.arrays) == ["raw", "x"]
+    with pytest.raises(ValueError, match=r"Header info length \(\d+\) is large"):
+        reader["wide"]
+    with pytest.raises(ValueError, match=r"Header info length \(\d+\) is large"):
+        np.load(path)["wide"]
+    assert mmnpz.load(path, preload=True, max_header_size=20000)["wide"].dtype == wide.dtype
+
+
 def test_mmap_mode_none_gives_writable_copies_as_numpy(tmp_path):
     path = tmp_path / "none.npz"
     np.savez(path, a=np.arange(3))
