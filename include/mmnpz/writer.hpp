@@ -233,9 +233,11 @@ struct recover_result {
 /// when it and every member before it are intact. What it cuts must be what an interrupted
 /// write leaves (a record the end of the file cuts short, or zeros): bytes that are no ZIP
 /// record, a damaged member, and an intact member further on make it refuse (errc::corrupt_zip,
-/// nothing written). The new end record keeps the comment of an appended-to archive. An
-/// archive that already opens, with no interrupted append after it, is left as it is. Also removes the temporary files that
-/// writers replacing `path` left when their process died. The file is read with positional
+/// nothing written). After an interrupted append, the new directory keeps the entries of the
+/// archive appended to as they were (comments, attributes, extra fields; unless bytes precede
+/// that archive), and its end record keeps that archive's comment. An archive that already
+/// opens, with no interrupted append after it, is left as it is. Also removes the temporary
+/// files that writers replacing `path` left when their process died. The file is read with positional
 /// reads, not mapped, so a file cut meanwhile gives errc::corrupt_zip ("truncated after it was
 /// opened"), with nothing written. Throws errc::io for OS errors, errc::corrupt_zip when no
 /// member can be found, and errc::invalid_argument for a path holding NUL or an archive that a

@@ -402,6 +402,15 @@ struct rebuilt {
   std::vector<std::string> names;
 };
 
+// The directory of the archive an interrupted append was made to, kept as it is (entry
+// comments, attributes, extra fields) for the members it lists.
+struct old_directory {
+  std::string bytes;                     // its central directory entries
+  std::vector<std::uint64_t> offsets;    // the local headers they point to, ascending
+  std::vector<std::string> names;        // in directory order
+  std::uint64_t archive_end = 0;
+};
+
 // Refuses (throws, nothing changed) to cut the bytes after the last intact member unless
 // they are what an interrupted write leaves: a record the end of the file cuts short, or
 // zeros. Bytes that are no record (another file's, as in a tar; damage), and a member
@@ -437,7 +446,8 @@ void check_cut(scan_source& src, const std::string& path, scanner& scan, stop wh
   }
 }
 
-rebuilt rebuild_directory(scan_source& src, const std::string& path) {
+rebuilt rebuild_directory(scan_source& src, const std::string& path,
+                          const old_directory* old = nullptr) {
   try {
     const std::uint64_t first = find_local_header(src, 0);
     if (first == src.size()) {
@@ -453,12 +463,31 @@ rebuilt rebuild_directory(scan_source& src, const std::string& path) {
     check_cut(src, path, scan, why);
     rebuilt r;
     r.kept = scan.kept();
-    for (const auto& e : scan.entries()) {  // offsets are absolute: leading bytes count
-      zip::emit_central_entry(r.directory, e);
-      r.names.emplace_back(e.name);
+    const auto& entries = scan.entries();
+    // The old directory's entries stand for the members found where they point, when they
+    // are exactly the members found before its end (one entry each).
+    std::size_t from = 0;
+    std::uint64_t count = 0;
+    if (old && old->offsets.size() <= entries.size() &&
+        (old->offsets.size() == entries.size() ||
+         entries[old->offsets.size()].local_header_offset >= old->archive_end)) {
+      from = old->offsets.size();
+      for (std::size_t i = 0; i < from; ++i) {
+        if (entries[i].local_header_offset != old->offsets[i]) from = 0;
+      }
+    }
+    if (from > 0) {
+      r.directory = old->bytes;
+      r.names = old->names;
+      count = old->names.size();
+    }
+    for (std::size_t i = from; i < entries.size(); ++i) {  // absolute: leading bytes count
+      zip::emit_central_entry(r.directory, entries[i]);
+      r.names.emplace_back(entries[i].name);
+      ++count;
     }
     const std::uint64_t cd_size = r.directory.size();
-    zip::emit_end_records(r.directory, scan.entries().size(), cd_size, r.kept, scan.comment());
+    zip::emit_end_records(r.directory, count, cd_size, r.kept, scan.comment());
     return r;
   } catch (const file_cut& cut) {
     throw cut.e;
@@ -523,6 +552,7 @@ recover_result recover(const std::string& path) {
   const std::shared_ptr<const detail::file_source> file =
       detail::file_source::from_descriptor(locked.fd, path);
   const std::uint64_t size = file->size();
+  std::optional<old_directory> old;
   try {
     std::optional<zip::directory> d;
     std::unique_ptr<std::byte[]> tail;  // which d points into
@@ -551,12 +581,27 @@ recover_result recover(const std::string& path) {
       for (const auto& m : d->members) out.names.emplace_back(m.name);
       return out;
     }
+    // An interrupted append: the directory of the archive it was made to, whose offsets are
+    // the file's (no leading bytes: otherwise every entry is made anew).
+    if (d && d->shift == 0 && !d->members.empty()) {
+      old_directory o;
+      o.bytes.resize(static_cast<std::size_t>(d->cd_size));
+      if (file->read_at(o.bytes.data(), o.bytes.size(), d->cd_offset) == o.bytes.size()) {
+        for (const auto& m : d->members) {
+          o.offsets.push_back(m.local_header_offset);
+          o.names.emplace_back(m.name);
+        }
+        std::sort(o.offsets.begin(), o.offsets.end());
+        o.archive_end = d->archive_end;
+        old = std::move(o);
+      }
+    }
   } catch (const error&) {
     // Expected: the directory is missing or cut off. Scan the local headers instead.
   }
 
   scan_source src(*file, path);
-  const rebuilt r = rebuild_directory(src, path);
+  const rebuilt r = rebuild_directory(src, path, old ? &*old : nullptr);
   for (const auto& name : r.names) out.names.push_back(name);
   const std::uint64_t kept = r.kept;
   const std::string& cd = r.directory;

@@ -446,3 +446,36 @@ def test_load_with_recover_reads_an_interrupted_append_in_memory_without_writing
     assert np.array_equal(mmnpz.load(first, recover=True)["a"], np.ones(3))
     with pytest.raises(ValueError, match="recover=True reads a path"):
         mmnpz.load(first, mmap_mode="r+", recover=True)
+
+
+def test_recover_after_an_interrupted_append_keeps_the_old_entries_as_they_were(tmp_path):
+    """Entry comments and attributes (a symlink, an executable) of the archive appended to
+    are what an append keeps; recover keeps them too instead of making the entries anew."""
+    path = tmp_path / "meta.npz"
+    array = io.BytesIO()
+    np.save(array, np.arange(5))
+    with zipfile.ZipFile(path, "w") as z:
+        info = zipfile.ZipInfo("a.npy")
+        info.comment, info.external_attr = b"member comment", 0o100755 << 16
+        z.writestr(info, array.getvalue())
+        link = zipfile.ZipInfo("link")
+        link.external_attr = 0o120777 << 16
+        z.writestr(link, b"a.npy")
+    old = [(i.filename, i.comment, i.external_attr) for i in zipfile.ZipFile(path).infolist()]
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("b", np.arange(3.0))
+    with zipfile.ZipFile(path) as z:
+        start_dir = z.start_dir  # the append's directory: a writer killed before writing it
+    with open(path, "r+b") as f:
+        f.truncate(start_dir)
+    with pytest.warns(mmnpz.InterruptedAppendWarning):
+        assert mmnpz.load(path).files == ["a", "link"]
+    assert mmnpz.recover(path)["names"] == ["a.npy", "link", "b.npy"]
+    with zipfile.ZipFile(path) as z:
+        infos = z.infolist()
+        assert z.testzip() is None
+    assert [(i.filename, i.comment, i.external_attr) for i in infos[:2]] == old
+    assert infos[2].filename == "b.npy"
+    assert np.load(path)["b"].tolist() == [0.0, 1.0, 2.0]
+    assert np.load(path)["a"].tolist() == list(range(5))
+    assert subprocess.run(["unzip", "-tq", str(path)], capture_output=True).returncode == 0
