@@ -162,7 +162,20 @@ py::object memmap_view(const mmnpz::array_view& v, const py::object& base) {
       const_cast<std::byte*>(v.data()), /*flags: read-only*/ 0, nullptr);
   if (!array) throw py::error_already_set();
   api.PyArray_SetBaseObject_(array, base.inc_ref().ptr());
-  return py::reinterpret_steal<py::object>(array);
+  py::object view = py::reinterpret_steal<py::object>(array);
+  // What numpy.memmap's own views carry: the file, where the array starts in it, the mode.
+  static PyObject* const filename_key = PyUnicode_InternFromString("filename");
+  static PyObject* const offset_key = PyUnicode_InternFromString("offset");
+  static PyObject* const mode_key = PyUnicode_InternFromString("mode");
+  static PyObject* const read_only = PyUnicode_InternFromString("r");
+  py::object filename = py::reinterpret_steal<py::object>(PyObject_GetAttr(base.ptr(), filename_key));
+  py::object offset = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(v.file_offset()));
+  if (!filename || !offset || PyObject_SetAttr(view.ptr(), filename_key, filename.ptr()) != 0 ||
+      PyObject_SetAttr(view.ptr(), offset_key, offset.ptr()) != 0 ||
+      PyObject_SetAttr(view.ptr(), mode_key, read_only) != 0) {
+    throw py::error_already_set();
+  }
+  return view;
 }
 
 // The reader with the whole file's memmap that views are based on: one call per first access

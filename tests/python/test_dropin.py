@@ -625,3 +625,18 @@ def test_a_key_utf8_cannot_encode_is_no_member_as_in_numpy(npz):
         with pytest.raises(KeyError, match="is not a file in the archive"):
             z[key]
         assert key not in z and z.get(key, 0) == 0
+
+
+def test_read_only_items_carry_their_file_offset_and_mode_as_numpys_memmaps(npz, arrays):
+    """As np.load(a .npy, mmap_mode="r") gives them, and as the "c" items of mmnpz."""
+    reader, data = mmnpz.load(npz), npz.read_bytes()
+    copy_on_write = mmnpz.load(npz, "c")
+    for name in arrays:
+        item = reader[name]
+        if not isinstance(item, np.memmap):
+            continue  # deflated members are ordinary arrays
+        assert (item.filename, item.mode) == (os.path.abspath(npz), "r")
+        assert data[item.offset:item.offset + item.nbytes] == item.tobytes(order="A")
+        other = copy_on_write[name]
+        assert (item.filename, item.offset) == (other.filename, other.offset)
+    assert isinstance(reader["a"], np.memmap)
