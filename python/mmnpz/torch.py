@@ -37,7 +37,8 @@ from torch._utils import ExceptionWrapper
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core, _mmnpz
-from .data import Dataset, Sampler, _aligned, _refuse_short, gather_fields
+from .data import (_USER_ERRORS, Dataset, Sampler, _aligned, _in_user_words, _refuse_short,
+                   gather_fields)
 
 __all__ = ["ExcerptBatches", "ExcerptLoader", "loader"]
 
@@ -215,9 +216,12 @@ class ExcerptBatches(torch.utils.data.Dataset):
                  shuffle_windows=False, random_crop=True, num_samples=0, drop_remainder=True,
                  rank=None, world_size=None, pad="none", fill=0, drop_last=True, select=None,
                  order="concatenate", fields=(), threads=None, io="auto"):
-        options = _mmnpz.LoaderOptions(
-            batch_size=batch_size, drop_last=drop_last,
-            excerpt=_mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads or 0))
+        try:
+            options = _mmnpz.LoaderOptions(
+                batch_size=batch_size, drop_last=drop_last,
+                excerpt=_mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads or 0))
+        except _USER_ERRORS as e:
+            raise _in_user_words(e, "ExcerptBatches") from None
         rank, world_size = _core.rank_and_world(rank, world_size)
         if isinstance(fields, collections.abc.Mapping):
             fields = list(fields.items())
@@ -251,7 +255,10 @@ class ExcerptBatches(torch.utils.data.Dataset):
         datasets = self._open()
         self._items, self._epoch_size = len(datasets[0]), self._sampler.epoch_size
         self._per_rank = len(self._sampler)
-        self._batches = _mmnpz.batches_per_epoch(options, self._sampler._s)
+        try:
+            self._batches = _mmnpz.batches_per_epoch(options, self._sampler._s)
+        except _USER_ERRORS as e:
+            raise _in_user_words(e, "ExcerptBatches") from None
         for ds, name in zip(datasets, ["data"] + names):
             if len(ds) != self._items:
                 raise ValueError(f"field {name!r} has {len(ds)} items, the data {self._items}")

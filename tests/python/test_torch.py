@@ -4,6 +4,7 @@ torch.distributed ranks, compared with numpy slicing of the archives numpy wrote
 import json
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -281,6 +282,18 @@ def test_refuses_what_it_cannot_turn_into_tensors(tmp_path, shards):
         ExcerptBatches(big_endian, length=4, batch_size=1)
     with pytest.raises(ValueError, match="has no full batch of 32"):
         ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=32)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(batch_size=0), "batch_size must be positive, not 0"),
+    (dict(batch_size=1000), "an epoch of 16 samples for rank 0 has no full batch of 1000"),
+    (dict(pad="zero"), "pad must be one of 'none', 'fill', 'wrap', not 'zero'"),
+    (dict(threads=-1), "threads must not be negative, not -1")])
+def test_bad_options_are_refused_in_the_words_of_the_call_made(shards, options, message):
+    arguments = dict(select="clip??", length=LENGTH, batch_size=2, pad="fill")
+    arguments.update(options)
+    with pytest.raises(ValueError, match=f"^ExcerptBatches: {re.escape(message)}$"):
+        loader(spec(shards), **arguments)
 
 
 def test_a_copy_refuses_archives_that_changed_since_it_was_made(tmp_path):
