@@ -736,16 +736,18 @@ class _Workers:
             self._stop_workers()
             raise
 
-    def _stop_workers(self):
-        """Stops the workers (each finishes the batch it is gathering) and frees the slots
-        they took for batches never handed out."""
+    def _stop_workers(self, grace=None):
+        """Stops the workers (each finishes the batch it is gathering, if it does within
+        `grace` seconds for all of them; else it is terminated) and frees the slots they took
+        for batches never handed out."""
         if not self._workers:
             return
         self._control_np[_STOP] = 1
         for semaphore in self._start + self._credit:
             semaphore.release()
+        deadline = time.monotonic() + (_POLL if grace is None else grace)
         for process in self._workers:
-            process.join(timeout=_POLL)
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.terminate()
                 process.join()
@@ -793,7 +795,7 @@ class _Workers:
                 raise RuntimeError(f"DataLoader worker (pid {process.pid}) exited unexpectedly "
                                    f"with exit code {process.exitcode}")
             if deadline is not None and time.monotonic() >= deadline:
-                self._stop_workers()
+                self._stop_workers(grace=0.0)  # the late workers are not waited for again
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
 
     def _get(self, w, timeout, got):

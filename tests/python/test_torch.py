@@ -656,6 +656,19 @@ def test_a_worker_that_dies_or_hangs_is_an_error_not_a_wait_forever(shards, monk
     assert it._iterator._workers == []  # stopped (the hung one terminated)
 
 
+def test_a_timeout_is_raised_when_it_is_up_not_after_waiting_for_each_worker(shards):
+    """The workers are stopped without the 5 s grace each, which the timeout's error used to
+    wait out worker after worker (12 s for a 2 s timeout with 2 workers)."""
+    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_hang_in_worker_1, timeout=0.5))
+    next(it)
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0\.5 seconds"):
+        next(it)
+    assert time.monotonic() - began < 0.5 + mmnpz.torch._POLL - 1
+    assert it._iterator._workers == []
+
+
 def test_an_archive_cut_under_the_workers_is_an_error_naming_the_member(tmp_path):
     path = tmp_path / "cut.npz"
     rng = np.random.default_rng(0)
