@@ -53,7 +53,8 @@ class Dataset:
     ``source`` is a path, a folder (every ``*.npz`` inside it, sorted), a shell pattern
     (``"train-*.npz"``, sorted), a shard spec (``"train@16.npz"`` for
     ``train-00000-of-00016.npz`` ... ``train-00015-of-00016.npz``), a list of these, or a
-    Dataset (the same items). Items are numbered archive after archive
+    Dataset (the same items, with its ``threads`` and ``io`` unless others are given; not
+    with ``select`` or ``order``). Items are numbered archive after archive
     (``order="concatenate"``) or taking one from each archive in turn (``order="interleave"``).
     ``select`` is a shell pattern on member names (without ".npy") choosing the items; every
     chosen member must be an array with at least one axis. Without ``select``, every member
@@ -73,8 +74,17 @@ class Dataset:
 
     def __init__(self, source, *, select=None, order="concatenate", threads=0, min_length=0,
                  io="auto"):
-        if isinstance(source, Dataset) and select is None and order == "concatenate":
-            self._adopt(source, source._map)
+        if isinstance(source, Dataset):
+            if select is not None or order != "concatenate":
+                raise ValueError("Dataset: select and order choose items from archives; a "
+                                 "Dataset given as the source keeps its items (give its paths "
+                                 "to choose others)")
+            if threads == 0 and io == "auto":  # the source's own
+                self._adopt(source, source._map)
+            else:  # its archives opened again with these
+                o = source._options
+                self._adopt(_reopen_dataset(source._specs, o.select, o.order, threads,
+                                            source._map, io), source._map)
         else:
             self._specs = _specs(source, "Dataset")
             try:

@@ -676,3 +676,22 @@ def test_items_layouts_and_readers_share_one_dtype_per_descr(tmp_path):
     assert ds.dtype is ds[0].dtype is reader["b"].dtype is reader.load("a").dtype
     assert reader.info("a").dtype is mmnpz.load(path)["a"].dtype
     assert type(reader.load("a")) is np.memmap and reader.load("a").base is reader.mmap
+
+
+def test_a_dataset_made_from_a_dataset_keeps_its_items_and_takes_the_options_given(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    view = ds[[5, 1, 3]]
+    same = mmnpz.Dataset(view)
+    assert list(same.names) == list(view.names) and same._options.io == "auto"
+    reading = mmnpz.Dataset(view, io="read", threads=1)
+    assert list(reading.names) == list(view.names) and reading._options.io == "read"
+    assert np.array_equal(reading.gather([0, 2], [0, 1], 2), view.gather([0, 2], [0, 1], 2))
+    assert mmnpz.Dataset(reading)._options.io == "read"  # the source's own, by default
+    with pytest.raises(ValueError, match="Dataset: io must be one of"):
+        mmnpz.Dataset(view, io="bogus")
+    for options in (dict(select="*"), dict(order="interleave")):
+        with pytest.raises(ValueError, match=re.escape(
+                "Dataset: select and order choose items from archives; a Dataset given as the "
+                "source keeps its items (give its paths to choose others)")):
+            mmnpz.Dataset(view, **options)
