@@ -39,9 +39,13 @@ bool valid_datetime_unit(std::string_view u) {
 }  // namespace
 
 dtype dtype::parse(std::string_view descr) {
-  if (descr.size() < 2) bad(descr, "too short");
+  // A kind without a byte order first ("f8", "i4", "O", as writers other than numpy's may
+  // write) is in native order, as numpy reads it.
+  const bool implicit_order =
+      !descr.empty() && std::string_view("biufcSVUOMm").find(descr[0]) != std::string_view::npos;
+  if (descr.size() < (implicit_order ? 1u : 2u)) bad(descr, "too short");
   dtype t;
-  const char order = descr[0];
+  const char order = implicit_order ? '=' : descr[0];
   if (order == '<' || order == '>' || order == '|') {
     t.order_ = static_cast<byte_order>(order);
   } else if (order == '=') {
@@ -49,8 +53,8 @@ dtype dtype::parse(std::string_view descr) {
   } else {
     bad(descr, "the first character must be '<', '>', '|' or '='");
   }
-  t.kind_ = descr[1];
-  std::string_view rest = descr.substr(2);
+  t.kind_ = descr[implicit_order ? 0 : 1];
+  std::string_view rest = descr.substr(implicit_order ? 1 : 2);
   std::uint64_t n = 0;
   switch (t.kind_) {
     case 'b':

@@ -38,6 +38,23 @@ TEST_SUITE("dtype") {
     CHECK(dtype::parse("<f4").descr() == "'<f4'");
   }
 
+  TEST_CASE("reads a kind without a byte order in native order, as numpy does") {
+    // What np.dtype() makes of each: native order for multi-byte kinds, none for the rest.
+    CHECK(dtype::parse("f8") == dtype::parse("=f8"));
+    CHECK(dtype::parse("f8").str() == "<f8");  // the development machines are little-endian
+    CHECK(dtype::parse("i4").str() == "<i4");
+    CHECK(dtype::parse("U3").str() == "<U3");
+    CHECK(dtype::parse("M8[ns]").str() == "<M8[ns]");
+    CHECK(dtype::parse("u1").str() == "|u1");
+    CHECK(dtype::parse("b1").str() == "|b1");
+    CHECK(dtype::parse("S5").str() == "|S5");
+    CHECK(dtype::parse("O").str() == "|O");
+    CHECK_THROWS_WITH_AS(dtype::parse("f3"), "invalid dtype 'f3': floats have size 2, 4, 8, 12 or 16",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dtype::parse("f"), "invalid dtype 'f': floats have size 2, 4, 8, 12 or 16",
+                         std::invalid_argument);
+  }
+
   TEST_CASE("refuses malformed descrs with a sentence saying why") {
     CHECK_THROWS_WITH_AS(dtype::parse("<f3"),
                          "invalid dtype '<f3': floats have size 2, 4, 8, 12 or 16",

@@ -1,6 +1,7 @@
 """mmnpz.load behaves as numpy's NpzFile (np.load of an .npz) for every member kind."""
 
 import io
+import struct
 import warnings
 import zipfile
 
@@ -151,3 +152,25 @@ def test_every_member_of_every_kind_matches_numpy_in_every_mode_from_every_sourc
     finally:
         if opened:
             opened.close()
+
+
+def test_a_descr_without_byte_order_reads_as_numpy_reads_it(tmp_path):
+    """Some writers other than numpy's omit the byte order ("f8"); np.dtype() takes it as
+    native, and so does the reader."""
+    def npy(descr, data):
+        header = "{'descr': '%s', 'fortran_order': False, 'shape': (2,), }" % descr
+        header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+        return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+    path = tmp_path / "no_order.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, descr, array in [("f", "f8", np.array([1.5, -2.0])),
+                                   ("i", "i4", np.array([7, -9], np.int32)),
+                                   ("u", "u1", np.array([3, 250], np.uint8)),
+                                   ("b", "b1", np.array([True, False])),
+                                   ("s", "U2", np.array(["ab", "c"]))]:
+            z.writestr(name + ".npy", npy(descr, array.tobytes()))
+    want, got = np.load(path), mmnpz.load(path)
+    for name in want.files:
+        assert got[name].dtype == want[name].dtype
+        assert got[name].tolist() == want[name].tolist()
