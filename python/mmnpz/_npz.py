@@ -399,25 +399,28 @@ class NpzReader(collections.abc.Mapping):
                                             pickle_kwargs=self._pickle_kwargs)
         _, descr, shape, fortran_order, offset, _, inflated = info
         order = "F" if fortran_order else "C"
+        dtype = _core.dtype(descr)
+        if dtype.itemsize == 0 and (inflated is not None or self._mode is None):
+            # No bytes to copy (|S0, <U0): np.empty and copy() would make them |S1, <U1.
+            return np.ndarray(shape, dtype, order=order)
         if inflated is not None:
             if self._mode == "r+":
                 raise ValueError(f"{self._path}: 'r+' cannot write into deflated member "
                                  f"{reader.member(index)['name']!r}")
             # numpy gives writable arrays for deflated members: copy out of the shared cache.
-            return np.ndarray(shape, _core.dtype(descr), buffer=inflated,
-                              order=order).copy(order="K")
+            return np.ndarray(shape, dtype, buffer=inflated, order=order).copy(order="K")
         if self._mode is None:
             # Copied by the core, which turns a file cut since it was mapped into an error
             # (numpy copying the view would die of SIGBUS).
-            out = np.empty(shape, _core.dtype(descr), order=order)
+            out = np.empty(shape, dtype, order=order)
             reader.copy_array(index, out)
             return out
         if self._mode == "r":
             return view if view is not None else reader.view(index)
         if self._mode == "r+":
             self._track(index)
-        return _memmap_of(self._writable, shape, _core.dtype(descr), offset, fortran_order,
-                          self._mode, self._filename)
+        return _memmap_of(self._writable, shape, dtype, offset, fortran_order, self._mode,
+                          self._filename)
 
     def _track(self, index):
         """Notes a stored member handed out writable, for the CRC-32 update."""

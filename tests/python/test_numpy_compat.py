@@ -174,3 +174,14 @@ def test_a_descr_without_byte_order_reads_as_numpy_reads_it(tmp_path):
     for name in want.files:
         assert got[name].dtype == want[name].dtype
         assert got[name].tolist() == want[name].tolist()
+
+
+@pytest.mark.parametrize("mode", ["r", "c", None])
+def test_zero_itemsize_arrays_keep_their_dtype_as_in_numpy(tmp_path, mode):
+    arrays = {"s": np.ndarray((2, 3), "S0"), "u": np.ndarray((4,), "<U0")}
+    for save in (np.savez, np.savez_compressed):
+        path = tmp_path / f"{save.__name__}.npz"
+        save(path, **arrays)
+        want, got = np.load(path), mmnpz.load(path, mmap_mode=mode)
+        for name in arrays:
+            assert (got[name].dtype, got[name].shape) == (want[name].dtype, want[name].shape)
