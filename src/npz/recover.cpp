@@ -405,10 +405,26 @@ struct rebuilt {
 // The directory of the archive an interrupted append was made to, kept as it is (entry
 // comments, attributes, extra fields) for the members it lists.
 struct old_directory {
-  std::string bytes;                     // its central directory entries
-  std::vector<std::uint64_t> offsets;    // the local headers they point to, ascending
-  std::vector<std::string> names;        // in directory order
+  struct entry {
+    std::uint64_t offset;  // of the local header it points to
+    std::string name;
+    std::uint16_t method;
+    std::uint32_t crc32;
+    std::uint64_t compressed_size, uncompressed_size;
+  };
+  std::string bytes;            // its central directory entries
+  std::vector<entry> by_offset;  // what they say, in the order of their local headers
+  std::vector<std::string> names;  // in directory order
   std::uint64_t archive_end = 0;
+
+  // Whether its entry k says of its member what the scan found.
+  bool agrees(std::size_t k, const zip::central_entry& found) const {
+    const entry& e = by_offset[k];
+    return e.offset == found.local_header_offset && e.name == found.name &&
+           e.method == found.method && e.crc32 == found.crc32 &&
+           e.compressed_size == found.compressed_size &&
+           e.uncompressed_size == found.uncompressed_size;
+  }
 };
 
 // Refuses (throws, nothing changed) to cut the bytes after the last intact member unless
@@ -465,15 +481,16 @@ rebuilt rebuild_directory(scan_source& src, const std::string& path,
     r.kept = scan.kept();
     const auto& entries = scan.entries();
     // The old directory's entries stand for the members found where they point, when they
-    // are exactly the members found before its end (one entry each).
+    // are exactly the members found before its end (one entry each) and say of each what the
+    // scan found (name, method, CRC-32, sizes).
     std::size_t from = 0;
     std::uint64_t count = 0;
-    if (old && old->offsets.size() <= entries.size() &&
-        (old->offsets.size() == entries.size() ||
-         entries[old->offsets.size()].local_header_offset >= old->archive_end)) {
-      from = old->offsets.size();
-      for (std::size_t i = 0; i < from; ++i) {
-        if (entries[i].local_header_offset != old->offsets[i]) from = 0;
+    const std::size_t listed = old ? old->by_offset.size() : 0;
+    if (old && listed <= entries.size() &&
+        (listed == entries.size() || entries[listed].local_header_offset >= old->archive_end)) {
+      from = listed;
+      for (std::size_t i = 0; i < listed; ++i) {
+        if (!old->agrees(i, entries[i])) from = 0;
       }
     }
     if (from > 0) {
@@ -588,10 +605,14 @@ recover_result recover(const std::string& path) {
       o.bytes.resize(static_cast<std::size_t>(d->cd_size));
       if (file->read_at(o.bytes.data(), o.bytes.size(), d->cd_offset) == o.bytes.size()) {
         for (const auto& m : d->members) {
-          o.offsets.push_back(m.local_header_offset);
+          o.by_offset.push_back({m.local_header_offset, std::string(m.name), m.method, m.crc32,
+                                 m.compressed_size, m.uncompressed_size});
           o.names.emplace_back(m.name);
         }
-        std::sort(o.offsets.begin(), o.offsets.end());
+        std::sort(o.by_offset.begin(), o.by_offset.end(),
+                  [](const old_directory::entry& a, const old_directory::entry& b) {
+                    return a.offset < b.offset;
+                  });
         o.archive_end = d->archive_end;
         old = std::move(o);
       }
