@@ -415,16 +415,40 @@ directory read_from(const window& w, const end_record& classic, const std::strin
   return d;
 }
 
+// Calls visit(pos, p, avail) for each offset pos below `before` where a signature may start
+// (a 'P'), from the last one backwards, until it returns true: p points at the file's bytes
+// from pos, of which avail are read (at least `reach`, where the file has them). The file is
+// read a piece at a time (scan_piece bytes and the `reach` after them; a window's bytes in
+// memory at once).
+template <class Visit>
+void each_signature_backwards(const window& w, std::uint64_t before, std::uint64_t reach,
+                              Visit&& visit) {
+  read_buffer buf;
+  std::uint64_t pos = before;
+  while (pos > 0) {
+    // Candidates in [lo, pos), whose bytes lie in [lo, hi).
+    const std::uint64_t lo = pos > w.offset ? w.offset : pos - std::min(pos, scan_piece);
+    const std::uint64_t hi = lo >= w.offset ? w.size : std::min(w.size, pos + reach);
+    const std::byte* data = w.piece(lo, hi - lo, buf);
+    while (pos > lo) {
+      const void* hit = ::memrchr(data, 0x50, static_cast<std::size_t>(pos - lo));  // 'P'
+      if (!hit) {
+        pos = lo;
+        break;
+      }
+      pos = lo + static_cast<std::uint64_t>(static_cast<const std::byte*>(hit) - data);
+      if (visit(pos, data + (pos - lo), hi - pos)) return;
+    }
+  }
+}
+
 // The archive an interrupted append started from: the last end record before `before` whose
 // central directory precedes it and parses, and which is followed by the start of a local
 // header (the first appended member). Its directory must list the file's first member (an
 // end record inside an appended member's data, say of a .zip stored as bytes, does not),
 // or, when it lists none, no member may precede it. Tries a bounded number of candidates,
-// so that a file full of end signatures costs no more than a few directory parses.
-//
-// The file is searched backwards a piece at a time (scan_piece bytes, and past them the
-// longest end record and comment a candidate in the piece may have, so that checking one
-// reads nothing more).
+// so that a file full of end signatures costs no more than a few directory parses. Each
+// candidate's bytes are read with it: the longest end record and comment it may have.
 std::optional<directory> interrupted_append(const window& w, std::uint64_t before,
                                             const std::string& path) {
   constexpr int max_candidates = 64;
@@ -432,44 +456,32 @@ std::optional<directory> interrupted_append(const window& w, std::uint64_t befor
   const std::uint64_t size = w.size;
   const context ctx{path};
   first_local_header first_member(w);
-  read_buffer buf;
   int tried = 0;
-  std::uint64_t pos = std::min(before, size - std::min(size, end_size) + 1);
-  while (pos > 0 && tried < max_candidates) {
-    // Candidates in [lo, pos), whose bytes lie in [lo, hi).
-    const std::uint64_t lo = pos > w.offset ? w.offset : pos - std::min(pos, scan_piece);
-    const std::uint64_t hi = lo >= w.offset ? size : std::min(size, pos + record_reach);
-    const std::byte* data = w.piece(lo, hi - lo, buf);
-    while (pos > lo && tried < max_candidates) {
-      const void* hit = ::memrchr(data, 0x50, static_cast<std::size_t>(pos - lo));  // 'P'
-      if (!hit) {
-        pos = lo;
-        break;
-      }
-      pos = lo + static_cast<std::uint64_t>(static_cast<const std::byte*>(hit) - data);
-      const std::byte* at = data + (pos - lo);
-      if (size - pos < end_size || signature_at(at) != end_sig) continue;
-      byte_reader r(at, hi - pos, pos, ctx, errc::corrupt_zip);
-      const end_record e = parse_end_record(r);
-      const std::uint64_t archive_end = pos + end_size + e.comment_len;
-      if (e.comment.size() != e.comment_len || archive_end == size ||
-          !starts_appended_member(data + (archive_end - lo), size - archive_end)) {
-        continue;
-      }
-      ++tried;
-      std::optional<directory> d;
-      try {
-        d = read_from(w, e, path);
-      } catch (const error&) {
-        continue;  // not the archive's end record: keep looking
-      }
-      const bool first = d->members.empty()
-                             ? first_member.before(archive_end) == archive_end
-                             : first_member.before(d->leading_bytes + 1) == d->leading_bytes;
-      if (first) return d;
+  std::optional<directory> found;
+  const std::uint64_t last = std::min(before, size - std::min(size, end_size) + 1);
+  each_signature_backwards(w, last, record_reach, [&](std::uint64_t pos, const std::byte* at,
+                                                      std::uint64_t avail) {
+    if (size - pos < end_size || signature_at(at) != end_sig) return false;
+    byte_reader r(at, avail, pos, ctx, errc::corrupt_zip);
+    const end_record e = parse_end_record(r);
+    const std::uint64_t archive_end = pos + end_size + e.comment_len;
+    if (e.comment.size() != e.comment_len || archive_end == size ||
+        !starts_appended_member(at + (archive_end - pos), size - archive_end)) {
+      return false;
     }
-  }
-  return std::nullopt;
+    ++tried;
+    try {
+      directory d = read_from(w, e, path);
+      const bool first = d.members.empty()
+                             ? first_member.before(archive_end) == archive_end
+                             : first_member.before(d.leading_bytes + 1) == d.leading_bytes;
+      if (first) found = std::move(d);
+    } catch (const error&) {
+      // not the archive's end record: keep looking
+    }
+    return found.has_value() || tried == max_candidates;
+  });
+  return found;
 }
 
 // The local header of the member whose bytes hold offset `start` (an archive starting there
@@ -480,33 +492,26 @@ std::optional<std::uint64_t> stored_in_member(const window& w, std::uint64_t sta
                                               const std::string& path) {
   constexpr int max_candidates = 64;
   const context ctx{path};
-  read_buffer buf, header;
+  read_buffer header;
   int tried = 0;
-  std::uint64_t pos = start;  // candidates lie before it
-  while (pos > 0 && tried < max_candidates) {
-    const std::uint64_t lo = pos - std::min(pos, scan_piece);
-    const std::uint64_t hi = std::min(w.size, pos + local_header_size);
-    const std::byte* data = w.piece(lo, hi - lo, buf);
-    while (pos > lo && tried < max_candidates) {
-      const void* hit = ::memrchr(data, 0x50, static_cast<std::size_t>(pos - lo));  // 'P'
-      if (!hit) {
-        pos = lo;
-        break;
-      }
-      pos = lo + static_cast<std::uint64_t>(static_cast<const std::byte*>(hit) - data);
-      if (record_at(data + (pos - lo), hi - pos) != record_kind::local_header) continue;
-      ++tried;
-      const std::uint64_t length = local_header_length(data + (pos - lo), hi - pos);
-      if (length == 0 || pos + length > start) continue;  // its header overlaps the archive
+  std::optional<std::uint64_t> holder;
+  each_signature_backwards(w, start, local_header_size, [&](std::uint64_t pos,
+                                                            const std::byte* at,
+                                                            std::uint64_t avail) {
+    if (record_at(at, avail) != record_kind::local_header) return false;
+    ++tried;
+    const std::uint64_t length = local_header_length(at, avail);
+    if (length != 0 && pos + length <= start) {  // else its header overlaps the archive
       try {
         byte_reader r(w.piece(pos, length, header), length, pos, ctx, errc::corrupt_zip);
         const local_header h = parse_local_header(r);
-        if (h.has_data_descriptor() || start - h.data_offset < h.compressed_size) return pos;
+        if (h.has_data_descriptor() || start - h.data_offset < h.compressed_size) holder = pos;
       } catch (const error&) {
       }
     }
-  }
-  return std::nullopt;
+    return holder.has_value() || tried == max_candidates;
+  });
+  return holder;
 }
 
 }  // namespace
