@@ -507,6 +507,7 @@ std::optional<std::uint64_t> stored_in_member(const window& w, std::uint64_t sta
         const local_header h = parse_local_header(r);
         if (h.has_data_descriptor() || start - h.data_offset < h.compressed_size) holder = pos;
       } catch (const error&) {
+        // no member's header after all: keep looking
       }
     }
     return holder.has_value() || tried == max_candidates;

@@ -4,6 +4,7 @@ one writer per file, shared writers, failed writes."""
 import io
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -479,3 +480,41 @@ def test_recover_after_an_interrupted_append_keeps_the_old_entries_as_they_were(
     assert np.load(path)["b"].tolist() == [0.0, 1.0, 2.0]
     assert np.load(path)["a"].tolist() == list(range(5))
     assert subprocess.run(["unzip", "-tq", str(path)], capture_output=True).returncode == 0
+
+
+def test_an_archive_stored_in_a_member_whose_sizes_follow_its_data_is_not_taken_for_the_file(
+        tmp_path):
+    """A writer to a pipe (zipfile on an unseekable stream: data descriptors, sizes 0 in the
+    local headers) that stored an .npz and died before its directory: the file is refused, not
+    read as the inner archive, and recover restores both members."""
+    class Pipe(io.RawIOBase):
+        def __init__(self):
+            self.written = bytearray()
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            self.written += data
+            return len(data)
+
+    inner, array = io.BytesIO(), io.BytesIO()
+    np.savez(inner, x=np.arange(4))
+    np.save(array, np.arange(3.0))
+    pipe = Pipe()
+    with zipfile.ZipFile(pipe, "w") as z:
+        z.writestr("a.npy", array.getvalue())
+        z.writestr("inner.npz", inner.getvalue())
+    written = bytes(pipe.written)
+    holder = written.index(b"PK\x03\x04", 1)  # inner.npz's local header
+    assert zipfile.ZipFile(io.BytesIO(written)).infolist()[1].flag_bits & 0x08
+    directory = written.index(b"PK\x01\x02", written.index(inner.getvalue()) + len(
+        inner.getvalue()))
+    path = tmp_path / "piped.npz"
+    path.write_bytes(written[:directory])
+    with pytest.raises(mmnpz.FormatError, match=re.escape(
+            f"lies in the bytes of the member whose local header is at offset {holder}, which "
+            "no directory lists")):
+        mmnpz.load(path)
+    assert mmnpz.recover(path)["names"] == ["a.npy", "inner.npz"]
+    assert mmnpz.load(path)["inner.npz"] == inner.getvalue()
