@@ -230,8 +230,13 @@ class Dataset:
 
     def index(self, name):
         """The index of the item named ``name`` (the first one when archives share it)."""
+        if not isinstance(name, str):
+            raise TypeError(f"index: a name must be a str, not {type(name).__name__}")
         if self._map is None:
-            found = self._d.find(name)
+            try:
+                found = self._d.find(name)
+            except TypeError:  # a str that is no UTF-8 (a lone surrogate): no member has it
+                found = None
         else:
             first = self._cache.get("first")
             if first is None:
@@ -429,7 +434,7 @@ def _name_hash(names, seed):
 def concat(datasets):
     """One dataset of the items of ``datasets``, one after the other (a view). Datasets that
     are views of the same archives share them; others are opened together (they must agree
-    on ``select``)."""
+    on ``select`` and ``io``; the first one's ``threads`` is kept)."""
     datasets = list(datasets)
     if not datasets:
         raise ValueError("concat: no datasets given")
@@ -444,7 +449,12 @@ def concat(datasets):
     if len(selects) != 1:
         raise ValueError(f"concat: the datasets select different members ({sorted(selects)})")
     specs = [p for ds in datasets for p in ds.paths]
-    merged = Dataset(specs, select=first._options.select or None, threads=first._options.threads)
+    ios = {ds._options.io for ds in datasets}
+    if len(ios) != 1:
+        raise ValueError(f"concat: the datasets copy by different io ({sorted(ios)}); open them "
+                         f"with the same io, or view them as Dataset(ds, io=...) first")
+    merged = Dataset(specs, select=first._options.select or None,
+                     threads=first._options.threads, io=first._options.io)
     # Each input's base items are numbered archive by archive in `merged`: find each item's
     # archive and its rank among the items of that archive.
     maps, offset = [], 0

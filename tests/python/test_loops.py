@@ -393,6 +393,34 @@ def test_concat_joins_views_and_datasets_in_order(tmp_path, shards):
     assert again.names.tolist() == both.names.tolist()
 
 
+def test_concat_keeps_the_io_its_datasets_were_opened_with_and_refuses_a_mix(tmp_path):
+    write_lengths(tmp_path / "a.npz", [3, 4])
+    write_lengths(tmp_path / "b.npz", [5])
+    for io in ("read", "map"):
+        joined = mmnpz.concat([mmnpz.Dataset(tmp_path / "a.npz", io=io),
+                               mmnpz.Dataset(tmp_path / "b.npz", io=io)])
+        assert joined._options.io == io
+        assert pickle.loads(pickle.dumps(joined))._options.io == io
+    with pytest.raises(ValueError, match=r"^concat: the datasets copy by different io "
+                                         r"\(\['auto', 'read'\]\); open them with the same io"):
+        mmnpz.concat([mmnpz.Dataset(tmp_path / "a.npz"),
+                      mmnpz.Dataset(tmp_path / "b.npz", io="read")])
+
+
+def test_a_name_no_member_can_have_is_no_item_and_a_name_must_be_a_str(tmp_path):
+    """A lone surrogate (os.fsdecode's spelling of undecodable bytes) cannot be UTF-8."""
+    write_lengths(tmp_path / "a.npz", [3, 4])
+    ds = mmnpz.Dataset(tmp_path / "a.npz")
+    for d in (ds, ds[[1, 0]]):
+        with pytest.raises(KeyError, match=r"no item named '\\+udc81'"):
+            d.index("\udc81")
+        with pytest.raises(KeyError, match=r"no item named '\\+udc81'"):
+            d["\udc81"]
+        with pytest.raises(TypeError, match="^index: a name must be a str, not bytes$"):
+            d.index(b"item0")
+    assert ds.index("item1") == 1 and ds[[1, 0]].index("item1") == 0
+
+
 def test_a_folder_is_every_npz_inside_it_and_sidecar_members_are_no_items(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
