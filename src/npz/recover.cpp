@@ -3,9 +3,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -142,10 +142,10 @@ inflated inflate_stream(scan_source& src, std::uint64_t pos, std::uint64_t avail
 
 // Why the scan of local headers stopped.
 enum class stop {
-  end_of_file,  // every byte was accounted for
-  cut_off,      // a header or a member runs past the end of the file: an interrupted write
-  not_a_member, // bytes that are no ZIP record, or a record that does not parse
-  bad_member,   // a complete member that cannot be checked or fails its check
+  end_of_file,   // every byte was accounted for
+  cut_off,       // a header or a member runs past the end of the file: an interrupted write
+  not_a_member,  // bytes that are no ZIP record, or a record that does not parse
+  bad_member,    // a complete member that cannot be checked or fails its check
 };
 
 class scanner {
@@ -208,8 +208,10 @@ class scanner {
       case zip::record_kind::central_entry:
       case zip::record_kind::end:
       case zip::record_kind::end64:
-      case zip::record_kind::end64_locator: break;
-      default: return stop::not_a_member;
+      case zip::record_kind::end64_locator:
+        break;
+      default:
+        return stop::not_a_member;
     }
     const std::uint64_t fixed = src_.avail(pos, zip::central_header_size);
     const std::uint64_t len = zip::directory_record_length(src_.bytes(pos, fixed), fixed);
@@ -412,8 +414,8 @@ struct old_directory {
     std::uint32_t crc32;
     std::uint64_t compressed_size, uncompressed_size;
   };
-  std::string bytes;            // its central directory entries
-  std::vector<entry> by_offset;  // what they say, in the order of their local headers
+  std::string bytes;               // its central directory entries
+  std::vector<entry> by_offset;    // what they say, in the order of their local headers
   std::vector<std::string> names;  // in directory order
   std::uint64_t archive_end = 0;
 
@@ -442,8 +444,7 @@ void check_cut(scan_source& src, const std::string& path, scanner& scan, stop wh
         if (p[k] == std::byte{0}) continue;
         throw errors::corrupt_zip(
             path, {}, at + k,
-            "the " + std::to_string(size - kept) + " bytes from offset " +
-                std::to_string(kept) +
+            "the " + std::to_string(size - kept) + " bytes from offset " + std::to_string(kept) +
                 " are no member that an interrupted write left; recover cuts only those (or "
                 "zeros), so nothing was changed");
       }
@@ -456,8 +457,8 @@ void check_cut(scan_source& src, const std::string& path, scanner& scan, stop wh
       throw errors::corrupt_zip(
           path, {}, at,
           "an intact member starts here, after the last member recover can chain to (ending "
-          "at offset " + std::to_string(kept) +
-              "): cutting there would lose it, so nothing was changed");
+          "at offset " +
+              std::to_string(kept) + "): cutting there would lose it, so nothing was changed");
     }
   }
 }
@@ -472,9 +473,9 @@ rebuilt rebuild_directory(scan_source& src, const std::string& path,
     scanner scan(path, src);
     const stop why = scan.run(first);
     if (why == stop::bad_member) {
-      throw errors::corrupt_zip(path, {}, scan.problem_offset(),
-                                scan.problem() +
-                                    "; members after it would be lost, so nothing was changed");
+      throw errors::corrupt_zip(
+          path, {}, scan.problem_offset(),
+          scan.problem() + "; members after it would be lost, so nothing was changed");
     }
     check_cut(src, path, scan, why);
     rebuilt r;
@@ -520,14 +521,69 @@ bool has_end_signature(const std::byte* tail, std::uint64_t n) {
   return false;
 }
 
+// What the end records in the file's last 64 KiB say, read (not mapped): no directory when
+// there is no end signature there (what a writer that died before close() leaves). Throws
+// when they do not parse.
+struct end_records {
+  std::unique_ptr<std::byte[]> tail;  // which directory points into
+  std::optional<zip::directory> directory;
+};
+
+end_records read_end_records(const detail::file_source& file, const std::string& path) {
+  end_records out;
+  const std::uint64_t size = file.size();
+  if (size == 0) return out;
+  const std::uint64_t last = std::min(size, zip::end_search_window);
+  out.tail.reset(new std::byte[static_cast<std::size_t>(last)]);
+  const std::size_t got = file.read_at(out.tail.get(), static_cast<std::size_t>(last), size - last);
+  if (got < last) {
+    throw errors::cut_since_opened(path, {}, size - last + got,
+                                   detail::size_now(file.descriptor()));
+  }
+  if (has_end_signature(out.tail.get(), last)) {
+    std::uint64_t tail_offset = size - last;  // parsed from the bytes just read
+    out.directory = detail::read_directory_by_reads(file, path, out.tail, tail_offset);
+  }
+  return out;
+}
+
+// The directory of the archive an interrupted append was made to, when its offsets are the
+// file's (no leading bytes: otherwise every entry is made anew) and it can be read.
+std::optional<old_directory> appended_to(const detail::file_source& file, const zip::directory& d) {
+  if (!d.append_interrupted || d.shift != 0 || d.members.empty()) return std::nullopt;
+  old_directory o;
+  o.bytes.resize(static_cast<std::size_t>(d.cd_size));
+  if (file.read_at(o.bytes.data(), o.bytes.size(), d.cd_offset) != o.bytes.size()) {
+    return std::nullopt;
+  }
+  for (const auto& m : d.members) {
+    o.by_offset.push_back({m.local_header_offset, std::string(m.name), m.method, m.crc32,
+                           m.compressed_size, m.uncompressed_size});
+    o.names.emplace_back(m.name);
+  }
+  std::sort(o.by_offset.begin(), o.by_offset.end(),
+            [](const old_directory::entry& a, const old_directory::entry& b) {
+              return a.offset < b.offset;
+            });
+  o.archive_end = d.archive_end;
+  return o;
+}
+
 }  // namespace
 
 namespace detail {
 
 mapped_bytes recovered_copy(const std::string& path) {
   const std::shared_ptr<const file_source> file = file_source::open(path);
+  std::optional<old_directory> old;
+  try {
+    const end_records end = read_end_records(*file, path);
+    if (end.directory) old = appended_to(*file, *end.directory);
+  } catch (const error&) {
+    // Expected: the directory is missing or cut off. Every entry is made anew.
+  }
   scan_source src(*file, path);
-  const rebuilt r = rebuild_directory(src, path);
+  const rebuilt r = rebuild_directory(src, path, old ? &*old : nullptr);
   // The kept bytes read again (the scan streamed them), then the new directory.
   std::byte* out = nullptr;
   mapped_bytes copy = new_bytes(static_cast<std::size_t>(r.kept + r.directory.size()), out);
@@ -571,52 +627,19 @@ recover_result recover(const std::string& path) {
   const std::uint64_t size = file->size();
   std::optional<old_directory> old;
   try {
-    std::optional<zip::directory> d;
-    std::unique_ptr<std::byte[]> tail;  // which d points into
-    if (size != 0) {
-      const std::uint64_t last = std::min(size, zip::end_search_window);
-      tail.reset(new std::byte[static_cast<std::size_t>(last)]);
-      const std::size_t got =
-          file->read_at(tail.get(), static_cast<std::size_t>(last), size - last);
-      if (got < last) {
-        throw errors::cut_since_opened(path, {}, size - last + got,
-                                       detail::size_now(locked.fd));
-      }
-      if (has_end_signature(tail.get(), last)) {
-        std::uint64_t tail_offset = size - last;  // parsed from the bytes just read
-        d = detail::read_directory_by_reads(*file, path, tail, tail_offset);
-      }
-    }
-    // Else no end record at all (what a writer that died before close() leaves): not intact.
     // Bytes after the end record that do not start a local header (a signature, padding)
     // leave it intact, as the reader opens it: rebuilding would drop them, and with them
     // every member from the first whose CRC-32 does not match.
-    if (d && !d->append_interrupted) {
+    const end_records end = read_end_records(*file, path);
+    if (end.directory && !end.directory->append_interrupted) {
       out.directory_was_intact = true;
-      out.members_recovered = d->members.size();
+      out.members_recovered = end.directory->members.size();
       out.bytes_kept = size;
-      for (const auto& m : d->members) out.names.emplace_back(m.name);
+      for (const auto& m : end.directory->members) out.names.emplace_back(m.name);
       return out;
     }
-    // An interrupted append: the directory of the archive it was made to, whose offsets are
-    // the file's (no leading bytes: otherwise every entry is made anew).
-    if (d && d->shift == 0 && !d->members.empty()) {
-      old_directory o;
-      o.bytes.resize(static_cast<std::size_t>(d->cd_size));
-      if (file->read_at(o.bytes.data(), o.bytes.size(), d->cd_offset) == o.bytes.size()) {
-        for (const auto& m : d->members) {
-          o.by_offset.push_back({m.local_header_offset, std::string(m.name), m.method, m.crc32,
-                                 m.compressed_size, m.uncompressed_size});
-          o.names.emplace_back(m.name);
-        }
-        std::sort(o.by_offset.begin(), o.by_offset.end(),
-                  [](const old_directory::entry& a, const old_directory::entry& b) {
-                    return a.offset < b.offset;
-                  });
-        o.archive_end = d->archive_end;
-        old = std::move(o);
-      }
-    }
+    // An interrupted append: the directory of the archive it was made to.
+    if (end.directory) old = appended_to(*file, *end.directory);
   } catch (const error&) {
     // Expected: the directory is missing or cut off. Scan the local headers instead.
   }

@@ -482,6 +482,31 @@ def test_recover_after_an_interrupted_append_keeps_the_old_entries_as_they_were(
     assert subprocess.run(["unzip", "-tq", str(path)], capture_output=True).returncode == 0
 
 
+def test_opening_with_recover_sees_the_archive_recover_makes_after_an_interrupted_append(
+        tmp_path):
+    """The in-memory copy keeps the old directory as recover does: here its order, which is
+    not the order of the members in the file."""
+    path = tmp_path / "reordered.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, values in (("a", np.arange(2)), ("b", np.arange(3)), ("c", np.arange(4))):
+            array = io.BytesIO()
+            np.save(array, values)
+            z.writestr(name + ".npy", array.getvalue())
+        z.filelist.reverse()  # the directory lists c, b, a
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("d", np.arange(5.0))
+    with zipfile.ZipFile(path) as z:
+        start_dir = z.start_dir
+    with open(path, "r+b") as f:
+        f.truncate(start_dir)  # the append's directory: a writer killed before writing it
+    in_memory = mmnpz.load(path, recover=True)
+    assert in_memory.files == ["c", "b", "a", "d"]
+    assert mmnpz.recover(path)["names"] == ["c.npy", "b.npy", "a.npy", "d.npy"]
+    assert mmnpz.load(path).files == in_memory.files == np.load(path).files
+    for name in in_memory.files:
+        assert np.array_equal(in_memory[name], np.load(path)[name])
+
+
 def test_an_archive_stored_in_a_member_whose_sizes_follow_its_data_is_not_taken_for_the_file(
         tmp_path):
     """A writer to a pipe (zipfile on an unseekable stream: data descriptors, sizes 0 in the
