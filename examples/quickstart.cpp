@@ -10,7 +10,7 @@ int main() {
     mmnpz::writer w("quickstart.npz", {mmnpz::open_mode::truncate});  // 64-byte aligned data
     w.write("clip_0", spec.data(), {300, 80});
   }
-  const mmnpz::reader npz("quickstart.npz");        // maps the file, reads the directory only
+  const mmnpz::reader npz("quickstart.npz");        // reads the directory only
   const mmnpz::array_view clip = npz["clip_0"];     // decodes the .npy header: no copy
   const float* frames = clip.data_as<float>();       // checked: dtype, byte order, alignment
   std::printf("%s %s (%llu, %llu) at offset %llu, mapped=%d, frame 10 bin 3 = %g\n",

@@ -71,10 +71,11 @@ const command_text commands[] = {
      "input is refused unless --allow-duplicates (readers then see the last one). --decompress\n"
      "stores deflated members inflated, streaming, as align does. OUT must not exist."},
     {"extract", "write members as files (arrays as .npy)",
-     "Writes each member's contents to DIR (default .) under its name; an array member is a\n"
-     "complete .npy file. MEMBER may omit \".npy\". Existing files are not overwritten. Members\n"
-     "are streamed (deflated ones inflated in pieces of 8 MiB), so members larger than memory\n"
-     "extract. --json prints one JSON object per member written."},
+     "Writes each member's contents to DIR (default .) under the last part of its name (a/x.npy\n"
+     "becomes DIR/x.npy: nothing is written outside DIR); an array member is a complete .npy\n"
+     "file. MEMBER may omit \".npy\". Existing files are not overwritten. Members are streamed\n"
+     "(deflated ones inflated in pieces of 8 MiB), so members larger than memory extract.\n"
+     "--json prints one JSON object per member written."},
     {"recover", "rebuild the directory after a writer died",
      "Rebuilds the central directory of an archive whose writer died before closing it: keeps\n"
      "every complete member whose CRC-32 matches, cuts off the rest, and says what it did."},

@@ -6,6 +6,7 @@
 // wanted; the core headers never include xtensor.
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 #include <xtensor/xadapt.hpp>
@@ -18,12 +19,23 @@
 namespace mmnpz {
 
 /// A read-only strided xtensor adaptor over the view's data: no copy, C or Fortran order as
-/// stored. Checked like array_view::data_as<T>() (element type, native byte order, and
-/// alignment, which xtensor needs). The adaptor does not own the data: keep `view` (or a copy
-/// of it) alive as long as the adaptor is used.
+/// stored. Checked like array_view::data_as<T>() (element type, native byte order) and
+/// always for alignment, which xtensor needs: misaligned data (as numpy's own files mostly
+/// have) is errc::misaligned, whose message says how to align the archive. The adaptor does
+/// not own the data: keep `view` (or a copy of it) alive as long as the adaptor is used.
 template <class T>
 auto adapt(const array_view& view) {
-  const T* data = view.data_as<T>(alignment_check::required);
+  const T* data = nullptr;
+  try {
+    data = view.data_as<T>(alignment_check::required);
+  } catch (const error& e) {
+    if (e.code() != errc::misaligned) throw;
+    throw error(errc::misaligned, e.path(), e.member(), e.offset(),
+                "data is not aligned to " + std::to_string(alignof(T)) +
+                    " bytes, which xtensor needs (rewrite the archive aligned with `mmnpz "
+                    "align`, or copy the data out with data_as<T>(alignment_check::"
+                    "allow_misaligned) and memcpy)");
+  }
   std::vector<std::size_t> shape(view.shape().begin(), view.shape().end());
   std::vector<std::ptrdiff_t> strides;
   strides.reserve(view.ndim());

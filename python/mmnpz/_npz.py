@@ -552,9 +552,10 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
     with numpy's arguments and their meaning (see :class:`NpzReader`). A .npy file gives what
     ``numpy.load`` gives: with a ``mmap_mode`` a ``numpy.memmap`` (also from a file object
     with a descriptor, which numpy refuses), with ``None`` an ordinary array. ``file`` is a
-    path, a binary file object (read from its current position, as numpy does; an archive is
-    then read whole, as zipfile does), or the contents as ``bytes`` (starting with the ZIP or
-    .npy magic), ``bytearray`` or ``memoryview``. Unlike numpy, ``mmap_mode`` defaults to
+    path, a binary file object (a .npy is read from its current position, as numpy does; an
+    archive is mapped through the descriptor of a regular file, else read whole from its
+    start, as zipfile does), or the contents as ``bytes`` (starting with the ZIP or .npy
+    magic), ``bytearray`` or ``memoryview``. Unlike numpy, ``mmap_mode`` defaults to
     ``"r"``: pass ``None`` for numpy's copies. ``recover=True`` opens an archive whose writer
     died (no directory, or an append interrupted) as :func:`recover` would make it, in memory,
     without writing to the file."""

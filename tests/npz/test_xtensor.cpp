@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include <xtensor/xarray.hpp>
 #include <xtensor/xbuilder.hpp>
 #include <xtensor/xtensor.hpp>
@@ -36,5 +40,35 @@ TEST_SUITE("xtensor") {
     CHECK(test::python("import sys, numpy as np; f = np.load(sys.argv[1]); "
                        "print((f['c'] == f['f']).all(), f['f'].flags.f_contiguous)",
                        path) == "True True\n");
+  }
+
+  TEST_CASE("an adaptor refuses misaligned data and says how to align it") {
+    const std::string path = test::scratch("xt_misaligned.npz");
+    const std::vector<double> values = {1.0, 2.0, 3.0};
+    {
+      mmnpz::writer_options options;
+      options.alignment = 1;  // the data follows the headers: 30 + 5 + 128 bytes in
+      mmnpz::writer w(path, options);
+      w.write<double>("c", values.data(), {3});
+    }
+    mmnpz::reader r(path);
+    const auto view = r["c"];
+    REQUIRE(view.file_offset() % alignof(double) != 0);
+    try {
+      (void)mmnpz::adapt<double>(view);
+      FAIL("adapt took misaligned data");
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == mmnpz::errc::misaligned);
+      CHECK(std::string(e.what()) ==
+            path + ": member 'c.npy' at offset " + std::to_string(view.file_offset()) +
+                ": data is not aligned to 8 bytes, which xtensor needs (rewrite the archive "
+                "aligned with `mmnpz align`, or copy the data out with "
+                "data_as<T>(alignment_check::allow_misaligned) and memcpy)");
+    }
+    CHECK_THROWS_AS(mmnpz::adapt<float>(view), mmnpz::error);  // the type first, as before
+    double copy[3];
+    std::memcpy(copy, view.data_as<double>(mmnpz::alignment_check::allow_misaligned),
+                sizeof copy);
+    CHECK(copy[2] == 3.0);
   }
 }

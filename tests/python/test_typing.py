@@ -1,5 +1,5 @@
 """The .pyi stubs type-check the README's usage under mypy --strict (Debian's python3-mypy),
-and declare every public name of the package.
+declare every public name of the package, and give its Python functions their parameters.
 
 mypy reads the stubs from the source tree (MYPYPATH=python), before any installed copy. Its
 cache lives in the temporary directory across runs: the first run analyses torch's own type
@@ -119,3 +119,104 @@ def test_an_undeclared_name_is_found(monkeypatch):
 
     monkeypatch.setattr(sys.modules[__name__], "stub_names", forgetful)
     assert undeclared() == ["mmnpz.NpzReader.verify", "mmnpz.pack.parse_size"]
+
+
+# ---- the stubs give each Python function its parameters, kinds and defaults ----------------------
+
+def stub_functions(body, prefix=""):
+    """{qualified name: FunctionDef, or None where overloaded or a property} of a stub."""
+    found = {}
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            found.update(stub_functions(node.body, prefix + node.name + "."))
+        elif isinstance(node, ast.FunctionDef):
+            name = prefix + node.name
+            special = any(isinstance(d, ast.Name) and d.id in ("overload", "property")
+                          for d in node.decorator_list)
+            found[name] = None if special or name in found else node
+    return found
+
+
+def stub_parameters(node):
+    """[(name, kind, default as an ast node or None)] of a stub's function."""
+    a, kind = node.args, inspect.Parameter
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    out = [(arg.arg, kind.POSITIONAL_ONLY if k < len(a.posonlyargs)
+            else kind.POSITIONAL_OR_KEYWORD, defaults[k]) for k, arg in enumerate(positional)]
+    if a.vararg:
+        out.append((a.vararg.arg, kind.VAR_POSITIONAL, None))
+    out += [(arg.arg, kind.KEYWORD_ONLY, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg:
+        out.append((a.kwarg.arg, kind.VAR_KEYWORD, None))
+    return out
+
+
+def defined(module, name):
+    """What ``name`` ("function" or "Class.method") is in ``module``, or None. The package's
+    private helper classes (such as _MemberStream) live in mmnpz._npz."""
+    head, *rest = name.split(".")
+    obj = getattr(module, head, None)
+    if obj is None and hasattr(module, "_npz"):
+        obj = getattr(module._npz, head, None)
+    for part in rest:
+        obj = None if obj is None else inspect.getattr_static(obj, part, None)
+    return getattr(obj, "__func__", obj)  # a staticmethod's or classmethod's function
+
+
+def signature_mismatches(texts=None):
+    """Where a stub's function differs from the Python function it declares: parameter names
+    and kinds, whether each has a default, and literal defaults. ``texts`` replaces stubs."""
+    found = []
+    for module_name, stub in STUB_FILES.items():
+        module = importlib.import_module(module_name)
+        text = (texts or {}).get(stub) or (STUBS / "mmnpz" / stub).read_text()
+        for name, node in stub_functions(ast.parse(text).body).items():
+            if node is None:
+                continue
+            obj = defined(module, name)
+            if not inspect.isfunction(obj):
+                if obj is None:
+                    found.append(f"{module_name}.{name}: declared, not defined")
+                continue  # C++ (pybind11) functions have no Python signature to compare
+            real = list(inspect.signature(obj).parameters.values())
+            mine = stub_parameters(node)
+            if [(p.name, p.kind) for p in real] != [(n, k) for n, k, _ in mine]:
+                found.append(f"{module_name}.{name}: ({', '.join(n for n, _, _ in mine)}) in "
+                             f"the stub, ({', '.join(p.name for p in real)}) in the code")
+                continue
+            for p, (_, _, default) in zip(real, mine):
+                if (p.default is inspect.Parameter.empty) != (default is None):
+                    found.append(f"{module_name}.{name}: {p.name} has a default in one of them")
+                elif default is not None:
+                    try:
+                        value = ast.literal_eval(default)
+                    except ValueError:  # a name, such as a module constant
+                        continue
+                    if value is not ... and (value != p.default or
+                                             type(value) is not type(p.default)):
+                        found.append(f"{module_name}.{name}: {p.name} defaults to {value!r} in "
+                                     f"the stub, {p.default!r} in the code")
+    return found
+
+
+def test_the_stubs_give_each_python_function_its_parameters_and_defaults():
+    assert signature_mismatches() == []
+
+
+def test_a_stub_parameter_missing_or_with_another_default_is_found():
+    torch_stub = (STUBS / "mmnpz" / "torch.pyi").read_text()
+    package_stub = (STUBS / "mmnpz" / "__init__.pyi").read_text()
+    assert ', io: str = "auto") -> None: ...' in torch_stub
+    assert "preload: bool = False, recover: bool = False) -> Any: ..." in package_stub
+    texts = {"torch.pyi": torch_stub.replace(', io: str = "auto") -> None: ...', ") -> None: ..."),
+             "__init__.pyi": package_stub.replace("preload: bool = False, recover: bool = False",
+                                                  "preload: bool = True, recover: bool = False")}
+    found = signature_mismatches(texts)
+    assert found[0] == "mmnpz.load: preload defaults to True in the stub, False in the code"
+    assert found[1].startswith("mmnpz.torch.ExcerptBatches.__init__: (self, source, length, ")
+    assert found[1].endswith(", threads) in the stub, (self, source, length, batch_size, kind, "
+                             "seed, hop, shuffle_windows, random_crop, num_samples, "
+                             "drop_remainder, rank, world_size, pad, fill, drop_last, select, "
+                             "order, fields, threads, io) in the code")
+    assert len(found) == 2
