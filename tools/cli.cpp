@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "detail/utf8.hpp"
 #include "mmnpz/mmnpz.hpp"
 
 namespace mmnpz::cli {
@@ -65,16 +66,19 @@ const command_text commands[] = {
      "Rewrites IN as OUT with stored members whose array data is aligned to N bytes (a power\n"
      "of two from 1 to 65536, default 64). Deflated members are refused unless --decompress is\n"
      "given: they are then stored inflated, streaming through a buffer of 8 MiB, so members\n"
-     "larger than memory convert. OUT must not exist."},
+     "larger than memory convert. Every member's CRC-32 is checked as it is copied: a damaged\n"
+     "member fails the command and leaves no OUT. OUT must not exist."},
     {"merge", "all members of IN... into a new aligned archive OUT",
      "Writes every member of IN... into the new archive OUT, aligned. A name in more than one\n"
      "input is refused unless --allow-duplicates (readers then see the last one). --decompress\n"
-     "stores deflated members inflated, streaming, as align does. OUT must not exist."},
+     "stores deflated members inflated, streaming, as align does, and CRC-32s are checked as\n"
+     "align checks them. OUT must not exist."},
     {"extract", "write members as files (arrays as .npy)",
      "Writes each member's contents to DIR (default .) under the last part of its name (a/x.npy\n"
      "becomes DIR/x.npy: nothing is written outside DIR); an array member is a complete .npy\n"
      "file. MEMBER may omit \".npy\". Existing files are not overwritten. Members are streamed\n"
-     "(deflated ones inflated in pieces of 8 MiB), so members larger than memory extract.\n"
+     "(deflated ones inflated in pieces of 8 MiB), so members larger than memory extract; a\n"
+     "member whose CRC-32 does not match is not left behind (exit status 1).\n"
      "--json prints one JSON object per member written."},
     {"recover", "rebuild the directory after a writer died",
      "Rebuilds the central directory of an archive whose writer died before closing it: keeps\n"
@@ -144,18 +148,26 @@ std::string shape_json(const std::vector<std::uint64_t>& shape) {
 
 std::string json_string(std::string_view s) {
   std::string out = "\"";
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
+    const std::size_t n = detail::utf8_sequence_at(s, i);
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (u < 0x20) {
+    } else if (u < 0x20 || n == 0) {
+      // A control character, or a byte that is no UTF-8 (a path's, say): escaped, the latter
+      // as Python's surrogateescape spells it (U+DC80-U+DCFF), so that os.fsencode() of the
+      // decoded string gives the byte back.
       char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      std::snprintf(buf, sizeof buf, "\\u%04x", n == 0 ? 0xDC00u + u : u);
       out += buf;
     } else {
-      out += c;
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
     }
+    ++i;
   }
   return out + "\"";
 }
@@ -257,7 +269,8 @@ int cmd_ls(const ls_options& a) {
   for (const auto& path : a.files) {
     const reader r = open_archive(path);
     if (!json && a.files.size() > 1) std::printf("%s:\n", path.c_str());
-    if (json) std::printf("[");
+    // The JSON array is printed whole, or not at all when a member fails: never a part of one.
+    std::string array = "[";
     for_each_array(r, [&](std::size_t i, const array_view& v, const std::exception_ptr& failure) {
       const member_info& m = r.member(i);
       const char* method = m.is_deflated() ? "deflated" : "stored";
@@ -292,20 +305,19 @@ int cmd_ls(const ls_options& a) {
         dtype = "object";
       }
       if (json) {
-        std::printf(
-            "%s{\"name\": %s, \"dtype\": %s, \"shape\": %s, \"bytes\": %llu, "
-            "\"method\": \"%s\", \"offset\": %s, \"alignment\": %s}",
-            i ? ", " : "", json_string(m.name).c_str(),
-            dtype == "-" ? "null" : json_string(dtype).c_str(), shape_js.c_str(),
-            static_cast<unsigned long long>(nbytes), method,
-            offset == "-" ? "null" : offset.c_str(), aligned == "-" ? "null" : aligned.c_str());
+        array += std::string(i ? ", " : "") + "{\"name\": " + json_string(m.name) +
+                 ", \"dtype\": " + (dtype == "-" ? "null" : json_string(dtype)) +
+                 ", \"shape\": " + shape_js + ", \"bytes\": " + std::to_string(nbytes) +
+                 ", \"method\": \"" + method + "\", \"offset\": " +
+                 (offset == "-" ? "null" : offset) +
+                 ", \"alignment\": " + (aligned == "-" ? "null" : aligned) + "}";
       } else {
         std::printf("%-24s %-10s %-16s %12llu %-8s %12s %5s\n", std::string(m.name).c_str(),
                     dtype.c_str(), shape.c_str(), static_cast<unsigned long long>(nbytes), method,
                     offset.c_str(), aligned.c_str());
       }
     });
-    if (json) std::printf("]\n");
+    if (json) std::printf("%s]\n", array.c_str());
   }
   return exit_ok;
 }
@@ -535,6 +547,7 @@ void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
         s.write(p, k);
         bar.add(k);
       });
+      in.verify(i);  // before committing: the new CRC-32 would hide damage to the old data
       s.commit();
       bar.add(m.uncompressed_size - v.nbytes());  // the .npy header, counted in the total
     } else {
@@ -543,6 +556,7 @@ void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
         s.write(p, k);
         bar.add(k);
       });
+      in.verify(i);
       s.commit();
     }
   }
@@ -604,6 +618,7 @@ void extract_member(const reader& r, std::size_t i, const std::string& target) {
       r.read(i, write, inflate_piece);  // inflated into read()'s buffer, from the mapping
     } else {
       copy_out(r, i, 0, r.bytes(i).size, write);
+      r.verify(i);  // its CRC-32 (read() checks a deflated member's): damage is not copied
     }
   } catch (...) {
     std::fclose(f);
@@ -619,6 +634,7 @@ void extract_member(const reader& r, std::size_t i, const std::string& target) {
 
 int cmd_extract(const extract_options& a) {
   const std::string& dir = a.dir;
+  if (dir.empty()) throw usage_error{"-o needs a directory name, not an empty one"};
   const reader r = open_archive(a.file);
   for (const auto& key : a.members) {
     const std::size_t i = r.index_of(key);

@@ -5,6 +5,7 @@ run the same C++ code as the `mmnpz` executable of the CMake build, linked into 
 `pack` (audio and arrays into sharded archives, mmnpz.pack) is written in Python and exists
 only here.
 """
+import os
 import sys
 from typing import List, Optional
 
@@ -24,7 +25,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return pack.main(["--help"])
     sys.stdout.flush()  # what Python printed before comes before what the command prints
     sys.stderr.flush()
-    status = _mmnpz.main(["mmnpz"] + args)
+    # As bytes: an argument that is no UTF-8 (a file name, surrogate-escaped in sys.argv) goes
+    # to the command as the bytes the shell gave.
+    status = _mmnpz.main([os.fsencode(a) for a in ["mmnpz"] + args])
     if args in ([], ["help"], ["-h"], ["--help"]):
         print(PACK_HELP, file=sys.stdout if status == 0 else sys.stderr)
     return status

@@ -53,11 +53,15 @@ file_source::~file_source() {
 
 std::shared_ptr<const file_source> file_source::open(const std::string& path) {
   check_path(path);
-  fd_guard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // Not blocking: opening a FIFO for reading would wait for a writer, forever if none comes.
+  fd_guard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) os_error("open", path, errno);
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) os_error("stat", path, errno);
   if (S_ISDIR(st.st_mode)) os_error("open", path, EISDIR);
+  if (!S_ISREG(st.st_mode)) os_error("map", path, ENODEV);  // a FIFO, a device, a socket
+  const int flags = ::fcntl(f.fd, F_GETFL);
+  if (flags < 0 || ::fcntl(f.fd, F_SETFL, flags & ~O_NONBLOCK) != 0) os_error("open", path, errno);
   std::shared_ptr<const file_source> out(
       new file_source(f.fd, static_cast<std::uint64_t>(st.st_size), path));
   f.fd = -1;

@@ -795,3 +795,80 @@ def test_an_archive_cut_while_a_command_copies_it_gives_an_error_not_sigbus(comm
     # Nothing half-written is left: no .npy in out/, no OUT archive.
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == (
         ["big.npz", "out"] if command == "extract" else ["big.npz"])
+
+
+def flip_data_byte(path, name):
+    """Damages one byte of stored member `name`'s array data (its CRC-32 then disagrees)."""
+    offset = mmnpz.load(path).info(name).offset
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 1
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("command", ["align", "merge", "extract"])
+def test_a_stored_member_whose_crc32_fails_is_not_copied(command, mixed, tmp_path):
+    """The copy would carry a new, matching CRC-32: the damage would pass every later check."""
+    flip_data_byte(mixed, "a")
+    out = tmp_path / "out"
+    if command == "extract":
+        out.mkdir()
+        done = run("extract", "-o", out, mixed, "f", "a")
+        assert np.array_equal(np.load(out / "f.npy"), np.ones((2, 3), ">i4"))  # before it
+        assert not (out / "a.npy").exists()
+    else:
+        args = ["align", mixed, out] if command == "align" else ["merge", out, mixed]
+        done = run(*args, "--json")
+        assert not out.exists() and done.stdout == ""
+    assert done.returncode == 1
+    assert re.fullmatch(rf"mmnpz {command}: {re.escape(str(mixed))}: member 'a.npy' at offset "
+                        r"\d+: CRC-32 is 0x[0-9a-f]{8}, the central directory says "
+                        r"0x[0-9a-f]{8}\n", done.stderr), done.stderr
+
+
+def test_extract_refuses_an_empty_directory_name(mixed, tmp_path):
+    """"" + "/" + name would be a path in the root directory."""
+    done = run("extract", "-o", "", mixed, "a", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("mmnpz extract: -o needs a directory name, not an empty one\n")
+    assert list(tmp_path.iterdir()) == [mixed]
+
+
+def test_ls_json_prints_no_part_of_an_array_when_a_member_fails(tmp_path):
+    path = tmp_path / "bad_header.npz"
+    good, bad = io.BytesIO(), io.BytesIO()
+    np.save(good, np.arange(3))
+    np.save(bad, np.arange(3))
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("a.npy", good.getvalue())
+        z.writestr("b.npy", bad.getvalue().replace(b"'descr'", b"'descx'"))
+    done = run("ls", "--json", path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert "member 'b.npy'" in done.stderr and "bad .npy header" in done.stderr
+
+
+def test_json_spells_a_path_that_is_no_utf8_as_python_reads_it(mixed, tmp_path):
+    """Bytes that are no UTF-8 are escaped as surrogateescape spells them (U+DC80-U+DCFF),
+    so the output is JSON and os.fsencode() of the path gives the file's name back."""
+    name = os.fsencode(tmp_path) + b"/bad\xffname.npz"
+    shutil.copy(mixed, name)
+    for command in ("ls", "info", "verify"):
+        done = subprocess.run([os.fsencode(a) for a in CLI] + [command.encode(), b"--json",
+                                                                   name], capture_output=True)
+        assert done.returncode == 0, done.stderr
+        text = done.stdout.decode("utf-8")  # strict: valid UTF-8
+        if command != "ls":
+            assert os.fsencode(json.loads(text)["path"]) == name
+        else:
+            assert len(json.loads(text)) == 4
+
+
+def test_a_fifo_given_as_an_archive_is_refused_at_once(tmp_path):
+    """Opening a FIFO for reading would wait for a writer: forever, if none comes."""
+    fifo = tmp_path / "pipe.npz"
+    os.mkfifo(fifo)
+    done = subprocess.run(CLI + ["ls", str(fifo)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == f"mmnpz ls: cannot map '{fifo}': No such device\n"
+    loaded = subprocess.run([sys.executable, "-c", f"import mmnpz; mmnpz.load({str(fifo)!r})"],
+                            capture_output=True, text=True, timeout=60)
+    assert loaded.stderr.endswith(f"OSError: [Errno 19] No such device: '{fifo}'\n")
