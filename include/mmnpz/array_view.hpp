@@ -30,7 +30,8 @@ class array_view {
 
   array_view() = default;
 
-  /// False for a default-constructed view.
+  /// False for a default-constructed view, whose other methods throw
+  /// errc::invalid_argument.
   explicit operator bool() const noexcept { return s_ != nullptr; }
 
   /// The element type, as the .npy header states it.
@@ -80,6 +81,8 @@ class array_view {
  private:
   friend class reader;
   explicit array_view(std::shared_ptr<const state> s) : s_(std::move(s)) {}
+  /// The state; errc::invalid_argument for a default-constructed view.
+  const state& st() const;
   /// Throws the error data_as() gives for `wanted`.
   [[noreturn]] void fail_cast(const dtype& wanted) const;
   std::shared_ptr<const state> s_;

@@ -42,7 +42,9 @@ class dtype {
 
   /// A packed structured dtype from its fields, laid out one after another as a .npy descr
   /// list lays them out (padding is an anonymous "|Vn" field); their offsets are set here.
-  /// Throws std::invalid_argument for no fields or a size that overflows.
+  /// Throws std::invalid_argument for no fields, a size that overflows, or what numpy
+  /// refuses: two fields of one name, a title used as a name or title, and a field without
+  /// a name that is not untitled "|Vn" padding.
   static dtype structured(std::vector<field> fields);
 
   /// The dtype of a C++ element type: bool, fixed-width integers, float, double,

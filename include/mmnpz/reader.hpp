@@ -60,7 +60,8 @@ struct reader_options {
 /// memory (a view's data(), bytes(), read() of a deflated member, verify(), file_bytes()); the
 /// reader keeps the file open until then, and after, to read headers. Every method is const
 /// and safe to call from many threads at once. Copies share the same archive. Views keep the mapping
-/// alive after every reader is gone.
+/// alive after every reader is gone. A reader moved from reads no archive: its methods throw
+/// errc::invalid_argument until another is assigned to it.
 ///
 /// Member keys follow numpy: a key is first looked up as the full name ("x.npy", "readme.txt"),
 /// then with ".npy" appended ("x"). When names repeat, the last one wins, as in numpy.
@@ -225,6 +226,8 @@ class reader {
  private:
   class archive;  // the mapping, the directory and the decoded members (reader.cpp)
   explicit reader(std::shared_ptr<const archive> a);
+  /// The archive; errc::invalid_argument for a reader moved from.
+  const archive& arc() const;
   std::shared_ptr<const archive> a_;
 };
 

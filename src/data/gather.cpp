@@ -177,9 +177,9 @@ struct chunk_reader {
   }
 };
 
-void read_ahead(const plan& p);  // below: starts reading every piece of the plan
+void read_ahead(const plan& p);     // below: starts reading every piece of the plan
 bool reading_ahead(const plan& p);  // below: whether read_ahead(p) ran
-bool count_miss(const plan& p);  // below: counts a piece out of memory; true: p is cold
+bool count_miss(const plan& p);     // below: counts a piece out of memory; true: p is cold
 // Below: whether the plan's pieces of t's archive may be copied through the mapping, as
 // may_map's first probe of that archive found: 0 before it, 1 yes, 2 no.
 std::atomic<int>& mapping_probe(const plan& p, const task& t);
@@ -278,9 +278,9 @@ void copy_rows(const task& t, std::uint64_t row, std::uint64_t n, std::byte* dst
         read_rows(t, row, n, dst, cr);  // the file was cut: says where
         return;
       }
-      const auto ns = timed ? std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  clock::now() - begin).count()
-                            : 0;
+      const auto ns =
+          timed ? std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - begin).count()
+                : 0;
       if (r == route::map) {
         if (timed) costs.record(way::copy, bytes, static_cast<std::uint64_t>(ns));
         return;
@@ -385,9 +385,9 @@ struct plan {
   std::vector<task> tasks;
   std::vector<std::size_t> bounds{0, 0};  // chunk c is tasks [bounds[c], bounds[c + 1])
   std::size_t threads = 1;
-  bool reads = false;                       // some task reads from a descriptor
+  bool reads = false;                                   // some task reads from a descriptor
   mutable std::atomic<bool> read_ahead_started{false};  // read_ahead() ran (once is enough)
-  mutable std::atomic<std::size_t> misses{0};  // pieces found out of the page cache
+  mutable std::atomic<std::size_t> misses{0};           // pieces found out of the page cache
   // may_map's probes, one per archive gathered automatically (task::probe): what it found
   // (0 not yet, 1 may map, 2 read).
   std::unique_ptr<std::atomic<int>[]> probes;
@@ -402,10 +402,9 @@ struct plan {
       if (t + 1 < bounds[c + 1]) {
         const task& next = tasks[t + 1];
         const std::uint64_t n = std::min<std::uint64_t>(next.length * next.row_bytes, 4096);
-        if (next.fd < 0 ||
-            (next.granules && cr.mapping != chunk_reader::gate::closed &&
-             next.granules->route_of(next.item->data - next.item->offset, next.key, n) ==
-                 detail::granule_map::route::map)) {
+        if (next.fd < 0 || (next.granules && cr.mapping != chunk_reader::gate::closed &&
+                            next.granules->route_of(next.item->data - next.item->offset, next.key,
+                                                    n) == detail::granule_map::route::map)) {
           for (std::uint64_t off = 0; off < n; off += 64) __builtin_prefetch(next.key + off, 0, 3);
         }
       }
@@ -453,6 +452,11 @@ struct field_shape {
 // Checks what a field asks for as a whole: its layout, its fill element and its output size.
 field_shape check_field(const gather_field& f, std::uint64_t length, std::size_t count,
                         const excerpt_options& o) {
+  if (!f.source || !f.indices || !f.out) {
+    const char* missing = !f.source ? "source dataset" : !f.indices ? "indices" : "output";
+    throw errors::invalid_argument("<gather>",
+                                   std::string("a field has no ") + missing + " (a null pointer)");
+  }
   const dataset::state& st = state_of(*f.source);
   field_shape fs{&st, f.expect, UINT32_MAX, length};
   if (f.expect.row_bytes == 0) {
@@ -579,8 +583,7 @@ std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const st
   p->tasks.reserve(p->fields.size() * count);
   for (std::size_t fi = 0; fi < p->fields.size(); ++fi) {
     const gather_field& f = p->fields[fi];
-    plan_field(f, check_field(f, lengths[fi], count, o), starts, count, o.pad, o.io,
-               p->tasks);
+    plan_field(f, check_field(f, lengths[fi], count, o), starts, count, o.pad, o.io, p->tasks);
   }
   // Read in address order: file order within an archive.
   std::sort(p->tasks.begin(), p->tasks.end(),

@@ -60,6 +60,7 @@ std::uint64_t counter_random(std::uint64_t seed, std::uint64_t epoch, std::uint6
 }
 
 permutation::permutation(std::uint64_t n, std::uint64_t key) : n_(n) {
+  if (n == 0) bad_option("a permutation needs at least one element");
   unsigned bits = 2;
   while (bits < 64 && (std::uint64_t{1} << bits) < n) bits += 2;
   half_bits_ = bits / 2;
@@ -78,6 +79,10 @@ std::uint64_t permutation::encrypt(std::uint64_t x) const {
 }
 
 std::uint64_t permutation::operator()(std::uint64_t i) const {
+  if (i >= n_) {
+    throw errors::out_of_range("<sampler>", "position " + std::to_string(i) +
+                                                " of a permutation of " + std::to_string(n_));
+  }
   // Cycle walking: the network permutes [0, 4^half_bits); re-encrypt until inside [0, n).
   std::uint64_t x = encrypt(i);
   while (x >= n_) x = encrypt(x);
@@ -157,7 +162,7 @@ std::uint64_t sampler::item_at(std::uint64_t u) const {
   auto last = prefix_.end();
   if (!bucket_item_.empty()) {
     const std::size_t b = static_cast<std::size_t>(u >> bucket_shift_);
-    first = prefix_.begin() + bucket_item_[b] + 1;    // prefix_[before it] <= u
+    first = prefix_.begin() + bucket_item_[b] + 1;     // prefix_[before it] <= u
     last = prefix_.begin() + bucket_item_[b + 1] + 1;  // u's item is at most that before it
   }
   return static_cast<std::uint64_t>(std::upper_bound(first, last, u) - prefix_.begin()) - 1;

@@ -5,19 +5,29 @@
 
 namespace mmnpz {
 
-const dtype& array_view::type() const { return s_->layout->type; }
-const std::vector<std::uint64_t>& array_view::shape() const { return s_->layout->shape; }
-const std::vector<std::int64_t>& array_view::strides() const { return s_->layout->strides; }
-bool array_view::fortran_order() const { return s_->layout->fortran_order; }
-std::uint64_t array_view::size() const { return s_->layout->size; }
-std::uint64_t array_view::nbytes() const { return s_->layout->nbytes; }
-const std::byte* array_view::data() const {
-  return s_->source ? s_->source->data() + s_->file_offset : s_->data;
+const array_view::state& array_view::st() const {
+  if (!s_) {
+    throw errors::invalid_argument(
+        "<array_view>",
+        "a default-constructed array_view views no array (test it with operator bool)");
+  }
+  return *s_;
 }
-bool array_view::is_mapped() const { return s_->mapped; }
-std::uint64_t array_view::file_offset() const { return s_->file_offset; }
-std::string_view array_view::member() const { return s_->member; }
-const std::shared_ptr<const void>& array_view::keepalive() const { return s_->keepalive; }
+
+const dtype& array_view::type() const { return st().layout->type; }
+const std::vector<std::uint64_t>& array_view::shape() const { return st().layout->shape; }
+const std::vector<std::int64_t>& array_view::strides() const { return st().layout->strides; }
+bool array_view::fortran_order() const { return st().layout->fortran_order; }
+std::uint64_t array_view::size() const { return st().layout->size; }
+std::uint64_t array_view::nbytes() const { return st().layout->nbytes; }
+const std::byte* array_view::data() const {
+  const state& s = st();
+  return s.source ? s.source->data() + s.file_offset : s.data;
+}
+bool array_view::is_mapped() const { return st().mapped; }
+std::uint64_t array_view::file_offset() const { return st().file_offset; }
+std::string_view array_view::member() const { return st().member; }
+const std::shared_ptr<const void>& array_view::keepalive() const { return st().keepalive; }
 
 void array_view::fail_cast(const dtype& wanted) const {
   const state& s = *s_;

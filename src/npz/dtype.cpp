@@ -1,6 +1,8 @@
 #include "mmnpz/dtype.hpp"
 
+#include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include "npz/py_literal.hpp"
 
@@ -127,6 +129,24 @@ dtype dtype::structured(std::vector<field> fields) {
   t.order_ = byte_order::not_applicable;
   t.descr_ = "[";
   std::uint64_t offset = 0;
+  // What numpy refuses of a record (as np.load of the header would): names and titles must
+  // all differ, and a field without a name is padding.
+  std::set<std::string_view> taken;
+  for (const field& f : fields) {
+    if (f.name.empty()) {
+      if (f.type.kind() != 'V' || f.type.is_structured() || !f.title.empty()) {
+        throw std::invalid_argument("a field without a name must be '|Vn' padding, untitled");
+      }
+    } else if (!taken.insert(f.name).second) {
+      throw std::invalid_argument("duplicate field name '" + f.name + "'");
+    }
+  }
+  for (const field& f : fields) {
+    if (!f.title.empty() && !taken.insert(f.title).second) {
+      throw std::invalid_argument("field '" + f.name + "': title '" + f.title +
+                                  "' is already used as a name or title");
+    }
+  }
   for (std::size_t i = 0; i < fields.size(); ++i) {
     field& f = fields[i];
     std::uint64_t count = 1;

@@ -246,9 +246,8 @@ class archive {
       const member_info& m = dir_.members[i];
       if (m.method == zip::method_stored && !slots_->get(i)) todo.push_back(&m);
     }
-    in_file_order(std::move(todo), [this](const member_info& m, const header_window& w) {
-      get(index_of(m), &w);
-    });
+    in_file_order(std::move(todo),
+                  [this](const member_info& m, const header_window& w) { get(index_of(m), &w); });
   }
 
   /// Calls fn(index, decoded) for each member at `indices` that is not deflated (stored, or of
@@ -257,7 +256,7 @@ class archive {
   /// with `self` (this archive's owner) and cached nowhere.
   template <class Fn>
   void visit_not_deflated(const std::vector<std::size_t>& indices,
-                    const std::shared_ptr<const archive>& self, Fn&& fn) const {
+                          const std::shared_ptr<const archive>& self, Fn&& fn) const {
     for (std::size_t i : indices) member(i);
     std::vector<const member_info*> todo;
     for (std::size_t i : indices) {
@@ -340,8 +339,8 @@ class archive {
   const member_info& member(std::size_t index) const {
     if (index >= dir_.members.size()) {
       throw errors::not_found(path_, {}, error::no_offset,
-                  "no member at index " + std::to_string(index) + " (the archive has " +
-                      std::to_string(dir_.members.size()) + ")");
+                              "no member at index " + std::to_string(index) + " (the archive has " +
+                                  std::to_string(dir_.members.size()) + ")");
     }
     return dir_.members[index];
   }
@@ -384,15 +383,15 @@ class archive {
     guarded(m, d.contents_offset, job.p, job.n, &detail::mapped_crc32::run, &job);
     const std::uint32_t actual = job.crc;
     if (actual != m.crc32) {
-      throw errors::checksum(path_, m.name, d.contents_offset,
-                  "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
+      throw errors::checksum(
+          path_, m.name, d.contents_offset,
+          "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
     }
   }
 
   /// Copies bytes [from, from + n) of the member's contents into `out`, guarded: see
   /// reader::copy_bytes.
-  void copy_contents(std::size_t index, std::byte* out, std::uint64_t from,
-                     std::uint64_t n) const {
+  void copy_contents(std::size_t index, std::byte* out, std::uint64_t from, std::uint64_t n) const {
     const decoded& d = get(index);
     check_contents(d);
     const member_info& m = dir_.members[index];
@@ -418,7 +417,7 @@ class archive {
     const member_info& m = member(index);
     if (piece == 0) {
       throw errors::invalid_argument(path_, m.name, error::no_offset,
-                  "read() needs pieces of at least one byte");
+                                     "read() needs pieces of at least one byte");
     }
     const decoded* d = slots_->get(index);
     if (d) check_contents(*d);
@@ -506,7 +505,7 @@ class archive {
 
   [[noreturn]] void fail_not_an_array(const member_info& m, std::uint64_t contents_offset) const {
     throw errors::not_an_array(path_, m.name, contents_offset,
-                "not a .npy array (no .npy magic); read it with bytes()");
+                               "not a .npy array (no .npy magic); read it with bytes()");
   }
 
  private:
@@ -784,8 +783,7 @@ class archive {
     std::uint64_t data_offset = npy_header_size(head, available);
     const detail::array_layout* layout =
         data_offset != 0 && data_offset <= available ? layouts_.find(key(data_offset)) : nullptr;
-    if (layout && !layout->type.has_object() &&
-        layout->nbytes > d.contents_size - data_offset) {
+    if (layout && !layout->type.has_object() && layout->nbytes > d.contents_size - data_offset) {
       layout = nullptr;
     }
     if (!layout) {
@@ -799,7 +797,7 @@ class archive {
     }
     if (layout->type.has_object()) {
       throw errors::object_array(path_, m.name, error::no_offset,
-                  "pickled object arrays cannot be memory-mapped");
+                                 "pickled object arrays cannot be memory-mapped");
     }
     array_view::state& v = d.view;
     v.path = path_;
@@ -879,26 +877,33 @@ reader reader::from_descriptor(int fd, std::string display_name) {
   return reader(std::make_shared<const archive>(std::move(display_name), std::move(source)));
 }
 
-const std::string& reader::path() const { return a_->path(); }
-std::size_t reader::size() const { return a_->dir().members.size(); }
+const reader::archive& reader::arc() const {
+  if (!a_) {
+    throw errors::invalid_argument(
+        "<reader>", "this reader was moved from: it reads no archive (assign one to it)");
+  }
+  return *a_;
+}
+
+const std::string& reader::path() const { return arc().path(); }
+std::size_t reader::size() const { return arc().dir().members.size(); }
 
 std::vector<std::string> reader::names() const {
   std::vector<std::string> out;
   out.reserve(size());
-  for (const auto& m : a_->dir().members) {
+  for (const auto& m : arc().dir().members) {
     out.emplace_back(detail::stem(m.name));
   }
   return out;
 }
 
-const member_info& reader::member(std::size_t index) const { return a_->member(index); }
+const member_info& reader::member(std::size_t index) const { return arc().member(index); }
 
-std::optional<std::size_t> reader::find(std::string_view key) const { return a_->find(key); }
+std::optional<std::size_t> reader::find(std::string_view key) const { return arc().find(key); }
 
 std::size_t reader::index_of(std::string_view key) const {
-  if (auto i = a_->find(key)) return *i;
-  throw errors::not_found(a_->path(), key, error::no_offset,
-              "no such member in the archive");
+  if (auto i = arc().find(key)) return *i;
+  throw errors::not_found(arc().path(), key, error::no_offset, "no such member in the archive");
 }
 
 namespace {
@@ -913,37 +918,38 @@ void check_array(const detail::archive& a, const detail::decoded& d, std::size_t
 }  // namespace
 
 array_view reader::array(std::size_t index) const {
-  const detail::decoded& d = a_->get(index);
-  check_array(*a_, d, index);
+  const detail::decoded& d = arc().get(index);
+  check_array(arc(), d, index);
   // Aliasing: the view shares ownership of the archive, which owns the decoded state.
   return array_view(std::shared_ptr<const array_view::state>(a_, &d.view));
 }
 
 void reader::visit_arrays(std::vector<std::size_t> indices, const array_visitor& visit) const {
-  a_->visit_not_deflated(indices, a_, [&](std::size_t i, std::shared_ptr<const detail::decoded> d) {
-    array_view view;
-    std::exception_ptr failure;
-    try {
-      check_array(*a_, *d, i);
-      view = array_view(std::shared_ptr<const array_view::state>(d, &d->view));
-    } catch (const error&) {
-      failure = std::current_exception();
-    }
-    visit(i, view, failure);
-  });
+  arc().visit_not_deflated(
+      indices, a_, [&](std::size_t i, std::shared_ptr<const detail::decoded> d) {
+        array_view view;
+        std::exception_ptr failure;
+        try {
+          check_array(arc(), *d, i);
+          view = array_view(std::shared_ptr<const array_view::state>(d, &d->view));
+        } catch (const error&) {
+          failure = std::current_exception();
+        }
+        visit(i, view, failure);
+      });
 }
 
 bool reader::is_array(std::size_t index) const {
-  const detail::decoded& d = a_->get(index);
-  a_->check_contents(d);
+  const detail::decoded& d = arc().get(index);
+  arc().check_contents(d);
   return d.is_array;
 }
 
 bytes_view reader::bytes(std::size_t index) const {
-  const detail::decoded& d = a_->get(index);
-  a_->check_contents(d);
+  const detail::decoded& d = arc().get(index);
+  arc().check_contents(d);
   bytes_view b;
-  b.data = a_->contents(d);
+  b.data = arc().contents(d);
   b.size = d.contents_size;
   b.mapped = d.mapped;
   b.keepalive = std::shared_ptr<const void>(a_, b.data);
@@ -951,30 +957,30 @@ bytes_view reader::bytes(std::size_t index) const {
 }
 
 void reader::copy_bytes(std::size_t index, std::byte* out) const {
-  const detail::decoded& d = a_->get(index);
-  a_->check_contents(d);
-  a_->copy_contents(index, out, 0, d.contents_size);
+  const detail::decoded& d = arc().get(index);
+  arc().check_contents(d);
+  arc().copy_contents(index, out, 0, d.contents_size);
 }
 
 void reader::copy_bytes(std::size_t index, std::byte* out, std::uint64_t from,
                         std::uint64_t n) const {
-  a_->copy_contents(index, out, from, n);
+  arc().copy_contents(index, out, from, n);
 }
 
 void reader::read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,
                   std::size_t chunk) const {
-  a_->read(index, sink, chunk);
+  arc().read(index, sink, chunk);
 }
 
-npy_header reader::array_header(std::size_t index) const { return a_->array_header(index); }
+npy_header reader::array_header(std::size_t index) const { return arc().array_header(index); }
 
 verify_result reader::verify() const {
   verify_result out;
   for (std::size_t i = 0; i < size(); ++i) {
     ++out.members_checked;
     try {
-      a_->verify(i);
-      out.bytes_checked += a_->dir().members[i].uncompressed_size;
+      arc().verify(i);
+      out.bytes_checked += arc().dir().members[i].uncompressed_size;
     } catch (const error& e) {
       out.failures.push_back(e);
     }
@@ -982,24 +988,26 @@ verify_result reader::verify() const {
   return out;
 }
 
-void reader::verify(std::size_t index) const { a_->verify(index); }
+void reader::verify(std::size_t index) const { arc().verify(index); }
 
 bytes_view reader::file_bytes() const {
-  return {a_->file().data(), a_->file().size(), true, a_->keepalive()};
+  return {arc().file().data(), arc().file().size(), true, arc().keepalive()};
 }
 
-void reader::decode(std::vector<std::size_t> indices) const { a_->decode_many(std::move(indices)); }
+void reader::decode(std::vector<std::size_t> indices) const {
+  arc().decode_many(std::move(indices));
+}
 
-std::uint64_t reader::file_size() const { return a_->file().size(); }
+std::uint64_t reader::file_size() const { return arc().file().size(); }
 
-int reader::descriptor() const noexcept { return a_->file().descriptor(); }
-std::uint64_t reader::leading_bytes() const { return a_->dir().leading_bytes; }
-std::string_view reader::comment() const { return a_->dir().comment; }
-bool reader::is_zip64() const { return a_->dir().zip64; }
+int reader::descriptor() const noexcept { return a_ ? a_->file().descriptor() : -1; }
+std::uint64_t reader::leading_bytes() const { return arc().dir().leading_bytes; }
+std::string_view reader::comment() const { return arc().dir().comment; }
+bool reader::is_zip64() const { return arc().dir().zip64; }
 std::uint64_t reader::bytes_after_archive() const {
-  return a_->file().size() - a_->dir().archive_end;
+  return arc().file().size() - arc().dir().archive_end;
 }
-bool reader::was_interrupted() const { return a_->interrupted(); }
+bool reader::was_interrupted() const { return arc().interrupted(); }
 
 bool looks_like_zip(const void* data, std::size_t size) {
   const zip::record_kind k = zip::record_at(static_cast<const std::byte*>(data), size);

@@ -172,6 +172,31 @@ TEST_SUITE("gather") {
         mmnpz::error);
   }
 
+  TEST_CASE("a field without its source, indices or output is refused, not followed") {
+    const auto ds = make("g_null.npz", {5});
+    mmnpz::excerpt_options o;
+    o.length = 2;
+    std::vector<float> out(2 * bins);
+    std::int64_t i = 0, s = 0;
+    mmnpz::gather_field f;
+    f.indices = &i;
+    f.out = reinterpret_cast<std::byte*>(out.data());
+    f.out_bytes = out.size() * 4;
+    CHECK_THROWS_WITH_AS(mmnpz::gather({f}, &s, 1, o),
+                         "<gather>: a field has no source dataset (a null pointer)", mmnpz::error);
+    f.source = &ds;
+    f.indices = nullptr;
+    CHECK_THROWS_WITH_AS(mmnpz::gather({f}, &s, 1, o), "<gather>: a field has no indices (a null pointer)",
+                         mmnpz::error);
+    f.indices = &i;
+    f.out = nullptr;
+    CHECK_THROWS_WITH_AS(mmnpz::gather({f}, &s, 1, o), "<gather>: a field has no output (a null pointer)",
+                         mmnpz::error);
+    f.out = reinterpret_cast<std::byte*>(out.data());
+    mmnpz::gather({f}, &s, 1, o);
+    CHECK(out[bins] == value(0, 1, 0));
+  }
+
   TEST_CASE("members whose dtype or trailing shape disagree are refused") {
     const std::string path = test::scratch("g_mixed.npz");
     {

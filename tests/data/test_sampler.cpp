@@ -42,6 +42,10 @@ TEST_SUITE("sampler") {
         }
       }
     }
+    CHECK_THROWS_WITH_AS(mmnpz::permutation(0, 1),
+                         "<sampler>: a permutation needs at least one element", mmnpz::error);
+    CHECK_THROWS_WITH_AS(mmnpz::permutation(5, 1)(5),
+                         "<sampler>: position 5 of a permutation of 5", mmnpz::error);
     // Different keys give different orders; huge domains work without memory.
     const mmnpz::permutation a(1000, 1), b(1000, 2);
     int same = 0;

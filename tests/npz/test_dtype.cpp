@@ -95,6 +95,31 @@ TEST_SUITE("dtype") {
     CHECK(t.str() == "|V13");
     CHECK_FALSE(t.holds<std::uint8_t>());
   }
+
+  TEST_CASE("refuses the records numpy refuses, before anything is written of them") {
+    const dtype f8 = dtype::parse("<f8");
+    const auto refusal = [](std::vector<mmnpz::field> fields) -> std::string {
+      try {
+        (void)dtype::structured(std::move(fields));
+      } catch (const std::invalid_argument& e) {
+        return e.what();
+      }
+      return "accepted";
+    };
+    CHECK(refusal({{"a", "", f8, {}, 0}, {"a", "", f8, {}, 0}}) == "duplicate field name 'a'");
+    CHECK(refusal({{"", "", f8, {}, 0}}) ==
+          "a field without a name must be '|Vn' padding, untitled");
+    CHECK(refusal({{"", "t", dtype::parse("|V4"), {}, 0}}) ==
+          "a field without a name must be '|Vn' padding, untitled");
+    CHECK(refusal({{"a", "t", f8, {}, 0}, {"t", "", f8, {}, 0}}) ==
+          "field 'a': title 't' is already used as a name or title");
+    CHECK(refusal({{"a", "a", f8, {}, 0}}) ==
+          "field 'a': title 'a' is already used as a name or title");
+    CHECK(refusal({{"a", "t", f8, {}, 0}, {"b", "t", f8, {}, 0}}) ==
+          "field 'b': title 't' is already used as a name or title");
+    CHECK(refusal({{"", "", dtype::parse("|V4"), {}, 0}, {"", "", dtype::parse("|V4"), {}, 0},
+                   {"a", "T", f8, {}, 0}}) == "accepted");  // padding twice, as numpy writes
+  }
 }
 
 TEST_SUITE("dtype") {

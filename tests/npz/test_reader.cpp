@@ -87,6 +87,33 @@ TEST_SUITE("reader") {
     CHECK_FALSE(mixed.is_array(*mixed.find("readme.txt")));
   }
 
+  TEST_CASE("a default view and a reader moved from refuse to be read, they do not crash") {
+    const mmnpz::array_view none;
+    CHECK_FALSE(none);
+    const std::string says =
+        "<array_view>: a default-constructed array_view views no array (test it with operator "
+        "bool)";
+    CHECK_THROWS_WITH_AS(none.data(), says.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(none.type(), says.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(none.size(), says.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(none.data_as<float>(), says.c_str(), mmnpz::error);
+    const std::string path = test::scratch("moved.npz");
+    {
+      mmnpz::writer w(path);
+      const float x[2] = {1, 2};
+      w.write<float>("x", x, {2});
+    }
+    mmnpz::reader r(path);
+    mmnpz::reader taken(std::move(r));
+    const char* moved =
+        "<reader>: this reader was moved from: it reads no archive (assign one to it)";
+    CHECK_THROWS_WITH_AS(r.size(), moved, mmnpz::error);  // NOLINT(bugprone-use-after-move)
+    CHECK_THROWS_WITH_AS(r["x"], moved, mmnpz::error);    // NOLINT(bugprone-use-after-move)
+    CHECK(r.descriptor() == -1);                          // NOLINT(bugprone-use-after-move)
+    r = taken;
+    CHECK(r["x"].data_as<float>()[1] == 2.0f);
+  }
+
   TEST_CASE("views keep the mapping alive after the reader is gone") {
     const std::string path = make_archive("lifetime.npz", 2);
     mmnpz::array_view v;
