@@ -89,6 +89,15 @@ struct usage_error {
   std::string message;
 };
 
+// A whole number given to an option, digits only: CLI11 would take "-1" for the largest
+// std::size_t. `refusal` completes "OPTION TEXT ..." when the text is no such number.
+std::size_t whole_number(const char* option, const std::string& text, const char* refusal) {
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) throw usage_error{std::string(option) + " " + text + " " + refusal};
+  return static_cast<std::size_t>(std::stoull(text));
+}
+
 // What each command is given: filled by CLI11 from the command line, checked by the command.
 struct ls_options {
   std::vector<std::string> files;
@@ -103,7 +112,7 @@ struct info_options {
 struct verify_options {
   std::vector<std::string> files;
   bool quick = false;
-  std::size_t threads = std::thread::hardware_concurrency();  // 0 is taken as 1
+  std::string threads;  // --threads N; none: one per core, and 0 is taken as 1
   bool json = false;
 };
 
@@ -111,7 +120,7 @@ struct verify_options {
 struct write_options {
   std::vector<std::string> inputs;
   std::string out;
-  std::size_t alignment = 64;
+  std::string alignment = "64";  // --align N
   bool decompress = false;
   bool allow_duplicates = false;
   bool json = false;
@@ -382,7 +391,9 @@ int cmd_info(const info_options& a) {
 }
 
 int cmd_verify(const verify_options& a) {
-  const std::size_t threads = std::max<std::size_t>(1, a.threads);
+  const std::size_t threads = std::max<std::size_t>(
+      1, a.threads.empty() ? std::thread::hardware_concurrency()
+                           : whole_number("--threads", a.threads, "is not a whole number"));
   int status = exit_ok;
   for (const auto& path : a.files) {
     std::vector<std::string> bad;
@@ -456,9 +467,11 @@ int cmd_verify(const verify_options& a) {
   return status;
 }
 
+// Is there anything at `path`, a dangling symbolic link included (one the writer would not
+// follow either)?
 bool exists(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
+  return ::lstat(path.c_str(), &st) == 0;
 }
 
 // How much of a deflated member is inflated at a time: the memory a copy needs, whatever the
@@ -564,13 +577,14 @@ void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
 
 int write_archive(const write_options& a) {
   const std::string& out = a.out;
-  const std::size_t n = a.alignment;
+  const char* const refusal = "is not a power of two from 1 to 65536";
+  const std::size_t n = whole_number("--align", a.alignment, refusal);
   if (n == 0 || n > max_alignment || (n & (n - 1)) != 0) {
-    throw usage_error{"--align " + std::to_string(n) + " is not a power of two from 1 to 65536"};
+    throw usage_error{"--align " + a.alignment + " " + refusal};
   }
   if (exists(out)) throw usage_error{"'" + out + "' exists: choose a new OUT"};
   writer_options o;
-  o.alignment = a.alignment;
+  o.alignment = n;
   o.allow_duplicate_names = a.allow_duplicates;
   std::vector<reader> readers;
   std::uint64_t total = 0;

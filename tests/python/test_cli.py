@@ -530,11 +530,27 @@ def test_ls_and_info_report_alignments_up_to_65536(mixed, tmp_path):
     info = json.loads(run("info", "--json", aligned).stdout)
     assert info["alignments"] == {"65536": 3}
     assert "stored arrays by data alignment (bytes): 65536: 3\n" in run("info", aligned).stdout
-    for bad in ("3", "131072", "0"):
+    for bad in ("3", "131072", "0", "-1", "-64", "x", "99999999999999999999999"):
         out = run("align", "--align", bad, mixed, tmp_path / "never.npz")
         assert out.returncode == 2, bad
         assert f"--align {bad} is not a power of two from 1 to 65536" in out.stderr
     assert not (tmp_path / "never.npz").exists()
+
+
+def test_a_negative_thread_count_is_refused_not_wrapped(mixed):
+    out = run("verify", "--threads", "-1", mixed)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "mmnpz verify: --threads -1 is not a whole number" in out.stderr
+    assert run("verify", "--threads", "0", mixed).returncode == 0  # taken as one thread
+
+
+def test_a_dangling_symlink_as_out_is_an_existing_out(mixed, tmp_path):
+    link = tmp_path / "link.npz"
+    link.symlink_to(tmp_path / "nowhere.npz")
+    for command in (("align", mixed, link), ("merge", link, mixed)):
+        out = run(*command)
+        assert out.returncode == 2 and f"'{link}' exists: choose a new OUT" in out.stderr
+    assert link.is_symlink() and not (tmp_path / "nowhere.npz").exists()
 
 
 def test_double_dash_ends_options(tmp_path):
