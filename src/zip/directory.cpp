@@ -548,6 +548,9 @@ directory read_window(const window& w, const std::string& path) {
     // the outer archive wins when an interrupted append left one. When the archive lies in
     // such a member and no archive lists it, the file is no archive yet (its members have no
     // directory): read as the inner one, an append would write a directory without them.
+    // An archive that starts right at the end of another (`cat a.npz b.npz`) is in no
+    // member's bytes, whose local header would come first: it is read, as zipfile, unzip
+    // and numpy read it, and the one before it is leading bytes.
     if (d.shift != 0) {
       first_local_header first(w);
       const std::optional<std::uint64_t> holder =
@@ -556,7 +559,7 @@ directory read_window(const window& w, const std::string& path) {
               : std::nullopt;
       if (holder || (!d.members.empty() && first.before(d.leading_bytes + 1) != d.leading_bytes)) {
         if (auto outer = interrupted_append(w, classic->offset, path)) {
-          return std::move(*outer);
+          if (holder || outer->archive_end != d.leading_bytes) return std::move(*outer);
         }
       }
       if (holder) {

@@ -580,6 +580,28 @@ TEST_SUITE("reader: interrupted appends") {
     }
   }
 
+  TEST_CASE("archives joined end to end open as the last one, as zipfile and unzip open them") {
+    const std::string first = test::read_file(make_archive("joined_first.npz", 3));
+    const std::string second = test::read_file(make_archive("joined_second.npz", 2, 4096));
+    const std::string path = test::scratch("joined.npz");
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << first << second;
+    bool told = false;
+    mmnpz::reader_options opt;
+    opt.on_interrupted_append = [&](const std::string&, std::uint64_t) { told = true; };
+    const mmnpz::reader r(path, opt);
+    CHECK(r.names() == std::vector<std::string>{"a0", "a1"});
+    CHECK(r.leading_bytes() == first.size());
+    CHECK(r.bytes_after_archive() == 0);
+    CHECK(!r.was_interrupted());
+    CHECK(!told);
+    CHECK(r.verify().ok());
+    const mmnpz::array_view a1 = r.array("a1");  // 4096-aligned in its archive, shifted here
+    CHECK(reinterpret_cast<std::uintptr_t>(a1.data()) % 4096 == first.size() % 4096);
+    std::int32_t v[3];
+    std::memcpy(v, a1.data_as<std::int32_t>(mmnpz::alignment_check::allow_misaligned), sizeof v);
+    CHECK(v[2] == 3);
+  }
+
   TEST_CASE("trailing bytes that are no member are not an interrupted append") {
     const std::string path = make_archive("trailing.npz", 2);
     std::ofstream(path, std::ios::binary | std::ios::app) << "garbage";

@@ -121,6 +121,25 @@ def test_duplicate_names_resolve_to_the_last_member_as_numpy(tmp_path, assert_sa
         assert_same(reader["x.npy"], expected["x.npy"])
 
 
+@pytest.mark.parametrize("second", ["numpy", "mmnpz"])
+def test_archives_joined_end_to_end_read_as_the_last_one_as_numpy_reads_them(
+        tmp_path, assert_same, second):
+    first, last = tmp_path / "first.npz", tmp_path / "last.npz"
+    np.savez(first, x=np.arange(3), y=np.ones(2))
+    save = np.savez if second == "numpy" else mmnpz.savez
+    save(last, z=np.arange(6.0).reshape(2, 3), x=np.array([7, 8], ">i2"))
+    path = tmp_path / "joined.npz"
+    path.write_bytes(first.read_bytes() + last.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no interrupted append is reported
+        reader = mmnpz.load(path)
+    with np.load(path) as expected, zipfile.ZipFile(path) as zf:
+        assert reader.files == expected.files == ["z", "x"]
+        assert zf.testzip() is None
+        for name in expected.files:
+            assert_same(np.asarray(reader[name]), expected[name])
+
+
 @pytest.mark.parametrize("mode", [None, "c", "r"])
 @pytest.mark.parametrize("source", ["path", "file object", "bytes", "BytesIO"])
 def test_every_member_of_every_kind_matches_numpy_in_every_mode_from_every_source(
