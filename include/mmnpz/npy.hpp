@@ -85,7 +85,8 @@ dtype parse_descr(const std::string& literal);
 bool array_nbytes(const std::vector<std::uint64_t>& shape, std::uint64_t itemsize,
                   std::uint64_t& nbytes);
 
-/// Byte strides of an array (C order, or Fortran order).
+/// Byte strides of an array (C order, or Fortran order). Throws errc::invalid_argument when
+/// array_nbytes() refuses the shape: its strides would not fit in int64.
 std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
                                        std::uint64_t itemsize, bool fortran_order);
 

@@ -95,6 +95,10 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
   if (n == 0) bad_option("there are no items to sample from");
   validate(o_);
   const std::uint64_t longest = *std::max_element(lengths_.begin(), lengths_.end());
+  if (longest > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    bad_option("an item of " + std::to_string(longest) +
+               " rows is longer than the 2^63 - 1 rows a start can name");
+  }
   if (o_.length > longest && !o_.pad_short_items) {
     bad_option("an excerpt of " + std::to_string(o_.length) +
                " rows is longer than every item (the longest has " + std::to_string(longest) + ")");
@@ -121,7 +125,9 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
         } else if (o_.pad_short_items && len > 0) {
           count = 1;  // one excerpt at row 0, padded by the gather
         }
-        prefix_[i + 1] = prefix_[i] + count;
+        if (__builtin_add_overflow(prefix_[i], count, &prefix_[i + 1])) {
+          bad_option("the items hold more than 2^64 - 1 excerpt positions");
+        }
       }
       if (!windows && prefix_[n] == 0) {  // every item empty: nothing to draw from
         bad_option("every item is empty: weighted excerpts have no position to start at");

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "detail/byte_reader.hpp"
+#include "detail/errors.hpp"
 #include "npz/py_literal.hpp"
 #include "detail/utf8.hpp"
 
@@ -429,6 +430,13 @@ bool array_nbytes(const std::vector<std::uint64_t>& shape, std::uint64_t itemsiz
 
 std::vector<std::int64_t> byte_strides(const std::vector<std::uint64_t>& shape,
                                        std::uint64_t itemsize, bool fortran_order) {
+  std::uint64_t nbytes = 0;
+  if (!array_nbytes(shape, itemsize, nbytes)) {  // then every product below fits in int64
+    throw errors::invalid_argument(
+        "<byte_strides>", "an array of shape " + detail::shape_literal(shape) + " and " +
+                              std::to_string(itemsize) +
+                              "-byte items is too big: its byte strides overflow int64");
+  }
   std::vector<std::int64_t> strides(shape.size());
   auto stride = static_cast<std::int64_t>(itemsize);
   for (std::size_t k = 0; k < shape.size(); ++k) {

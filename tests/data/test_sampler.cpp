@@ -275,4 +275,30 @@ TEST_SUITE("sampler") {
                          "for rank 0 of 1)",
                          mmnpz::error);
   }
+
+  TEST_CASE("items too long to count their positions in 64 bits are refused, not wrapped") {
+    // Rows of zero bytes cost nothing in a file: an archive can claim such lengths.
+    constexpr std::uint64_t quarter = std::uint64_t{1} << 62;
+    mmnpz::sampler_options o;
+    o.length = 1;
+    for (const auto kind : {mmnpz::sampling::sliding_window, mmnpz::sampling::weighted_excerpts}) {
+      o.kind = kind;
+      CHECK_THROWS_WITH_AS(mmnpz::sampler({quarter, quarter, quarter, quarter, quarter}, o),
+                           "<sampler>: the items hold more than 2^64 - 1 excerpt positions",
+                           mmnpz::error);
+      CHECK_THROWS_WITH_AS(mmnpz::sampler({3, std::uint64_t{1} << 63}, o),
+                           "<sampler>: an item of 9223372036854775808 rows is longer than the "
+                           "2^63 - 1 rows a start can name",
+                           mmnpz::error);
+    }
+    o.kind = mmnpz::sampling::sliding_window;
+    const mmnpz::sampler three({quarter, quarter, quarter}, o);  // 3 * 2^62 positions still fit
+    CHECK(three.epoch_size() == 3 * quarter);
+    std::int64_t index[2], start[2];
+    three.fill(0, 2 * quarter + 5, 2, index, start);
+    CHECK(index[0] == 2);
+    CHECK(index[1] == 2);
+    CHECK(start[0] == 5);
+    CHECK(start[1] == 6);
+  }
 }

@@ -192,5 +192,14 @@ TEST_SUITE("npy") {
     CHECK(mmnpz::byte_strides({2, 3, 4}, 8, false) == std::vector<std::int64_t>{96, 32, 8});
     CHECK(mmnpz::byte_strides({2, 3, 4}, 8, true) == std::vector<std::int64_t>{8, 16, 48});
     CHECK(mmnpz::byte_strides({}, 8, false).empty());
+    const std::uint64_t big = std::uint64_t{1} << 31;  // (2^31, 2^31, 0) of 2 bytes: 2^63
+    CHECK(mmnpz::byte_strides({big, big / 2, 0}, 2, false) ==
+          std::vector<std::int64_t>{0, 0, 2});
+    CHECK(mmnpz::byte_strides({0, big, big / 2}, 2, false) ==
+          std::vector<std::int64_t>{std::int64_t{1} << 62, std::int64_t{1} << 31, 2});
+    CHECK_THROWS_WITH_AS(mmnpz::byte_strides({big, big, 0}, 2, true),
+                         "<byte_strides>: an array of shape (2147483648, 2147483648, 0) and "
+                         "2-byte items is too big: its byte strides overflow int64",
+                         mmnpz::error);
   }
 }
