@@ -21,6 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "detail/utf8.hpp"
+#include "zip/crc32.hpp"
 #include "mmnpz/mmnpz.hpp"
 
 namespace mmnpz::cli {
@@ -478,18 +479,33 @@ bool exists(const std::string& path) {
 // member's size (8 MiB: the writer checksums pieces this large while it writes them).
 constexpr std::size_t inflate_piece = std::size_t{8} << 20;
 
-// Hands bytes [from, to) of member `i`'s contents to `sink` in pieces of up to inflate_piece
-// bytes, copied out of the mapping (reader::copy_bytes): an input cut while it is copied is an
-// error naming the member, not SIGBUS (a copy straight from the mapping would die of it).
+// Reads the stored member `i`'s contents once, in pieces of up to inflate_piece bytes, and
+// hands the part [from, to) of them to `sink`; then checks the CRC-32 of all of them against
+// the directory's, before the caller commits the copy (a copy's new CRC-32 would hide damage
+// to the old data). The pieces are copied out of the mapping (reader::copy_bytes): an input
+// cut while it is copied is an error naming the member, not SIGBUS (a copy straight from the
+// mapping would die of it). On a mismatch, verify() reads the member again to throw its
+// error (errc::checksum, naming the member): the good path reads each byte once. `bar`, if
+// any, counts every byte read.
 template <class Sink>
-void copy_out(const reader& in, std::size_t i, std::uint64_t from, std::uint64_t to,
-              Sink&& sink) {
-  std::vector<std::byte> piece(static_cast<std::size_t>(
-      std::min<std::uint64_t>(inflate_piece, to > from ? to - from : 0)));
-  for (std::uint64_t at = from; at < to; at += piece.size()) {
-    const std::uint64_t k = std::min<std::uint64_t>(piece.size(), to - at);
+void copy_checked(const reader& in, std::size_t i, std::uint64_t from, std::uint64_t to,
+                  Sink&& sink, progress* bar = nullptr) {
+  const std::uint64_t size = in.bytes(i).size;
+  std::vector<std::byte> piece(
+      static_cast<std::size_t>(std::min<std::uint64_t>(inflate_piece, size)));
+  std::uint32_t crc = 0;
+  for (std::uint64_t at = 0; at < size; at += piece.size()) {
+    const std::uint64_t k = std::min<std::uint64_t>(piece.size(), size - at);
     in.copy_bytes(i, piece.data(), at, k);
-    sink(piece.data(), static_cast<std::size_t>(k));
+    crc = detail::crc32(crc, piece.data(), static_cast<std::size_t>(k));
+    if (bar) bar->add(k);
+    const std::uint64_t lo = std::max(at, from), hi = std::min(at + k, to);
+    if (lo < hi) sink(piece.data() + (lo - at), static_cast<std::size_t>(hi - lo));
+  }
+  if (crc != in.member(i).crc32) {
+    in.verify(i);  // throws, unless the member changed under us since: then say so
+    throw error(errc::checksum, in.path(), std::string(in.member(i).name), error::no_offset,
+                "its CRC-32 changed while it was copied");
   }
 }
 
@@ -556,20 +572,14 @@ void copy_members(const reader& in, writer& w, bool decompress, progress& bar) {
     if (as_array) {
       auto s = w.begin(name.substr(0, name.size() - 4), v.type(), v.shape(), v.fortran_order());
       const auto head = static_cast<std::uint64_t>(v.data() - b.data);  // the .npy header
-      copy_out(in, i, head, head + v.nbytes(), [&](const std::byte* p, std::size_t k) {
-        s.write(p, k);
-        bar.add(k);
-      });
-      in.verify(i);  // before committing: the new CRC-32 would hide damage to the old data
+      copy_checked(
+          in, i, head, head + v.nbytes(), [&](const std::byte* p, std::size_t k) { s.write(p, k); },
+          &bar);
       s.commit();
-      bar.add(m.uncompressed_size - v.nbytes());  // the .npy header, counted in the total
     } else {
       auto s = w.begin_bytes(name, b.size);
-      copy_out(in, i, 0, b.size, [&](const std::byte* p, std::size_t k) {
-        s.write(p, k);
-        bar.add(k);
-      });
-      in.verify(i);
+      copy_checked(
+          in, i, 0, b.size, [&](const std::byte* p, std::size_t k) { s.write(p, k); }, &bar);
       s.commit();
     }
   }
@@ -631,8 +641,7 @@ void extract_member(const reader& r, std::size_t i, const std::string& target) {
     if (r.member(i).is_deflated()) {
       r.read(i, write, inflate_piece);  // inflated into read()'s buffer, from the mapping
     } else {
-      copy_out(r, i, 0, r.bytes(i).size, write);
-      r.verify(i);  // its CRC-32 (read() checks a deflated member's): damage is not copied
+      copy_checked(r, i, 0, r.bytes(i).size, write);  // damage is not copied
     }
   } catch (...) {
     std::fclose(f);
