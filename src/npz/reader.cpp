@@ -627,6 +627,10 @@ class archive {
     if (m.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) {
       ctx.fail(errc::unsupported, m.local_header_offset, "encrypted members are not supported");
     }
+    if (m.flags & zip::flag_patched) {
+      ctx.fail(errc::unsupported, m.local_header_offset,
+               "compressed patched data (flag bit 5) is not supported");
+    }
     if (m.method != zip::method_stored && m.method != zip::method_deflated) {
       ctx.fail(errc::unsupported, m.local_header_offset,
                "compression method " + std::to_string(m.method) +

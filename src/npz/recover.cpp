@@ -246,8 +246,10 @@ class scanner {
     const std::string name(h.name);  // the window moves on
     h.name = name;
     const std::uint64_t data = pos + len;
-    if (h.is_encrypted() || (h.method != zip::method_stored && h.method != zip::method_deflated)) {
-      return bad(h, "it is encrypted or compressed with method " + std::to_string(h.method));
+    if (h.is_encrypted() || (h.flags & zip::flag_patched) ||
+        (h.method != zip::method_stored && h.method != zip::method_deflated)) {
+      return bad(h, "it is encrypted or patched data, or compressed with method " +
+                        std::to_string(h.method));
     }
     zip::central_entry e;
     e.flags = h.flags;

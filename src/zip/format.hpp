@@ -32,6 +32,8 @@ constexpr std::uint16_t method_deflated = 8;
 
 constexpr std::uint16_t flag_encrypted = 1u << 0;
 constexpr std::uint16_t flag_data_descriptor = 1u << 3;
+/// Compressed patched data (PKZIP 2.70): the bytes are a patch, not the member's contents.
+constexpr std::uint16_t flag_patched = 1u << 5;
 constexpr std::uint16_t flag_strong_encryption = 1u << 6;
 constexpr std::uint16_t flag_utf8 = 1u << 11;
 

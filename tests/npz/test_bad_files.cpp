@@ -473,6 +473,16 @@ const std::vector<bad_fixture>& bad_fixtures() {
        step::array, "a", errc::unsupported,
        "encryption_flag_set.npz: member 'a.npy' at offset 0: encrypted members are not "
        "supported"},
+      {"patched_data_flag_set",
+       [] {
+         auto z = base_zip();
+         set16(z.bytes, z.entry[0] + cd_flags, 1 << 5);
+         set16(z.bytes, z.local[0] + lh_flags, 1 << 5);
+         return z.bytes;
+       },
+       step::array, "a", errc::unsupported,
+       "patched_data_flag_set.npz: member 'a.npy' at offset 0: compressed patched data (flag "
+       "bit 5) is not supported"},
       {"bad_local_header_signature",
        [] {
          auto z = base_zip();

@@ -1,0 +1,148 @@
+"""Random archives against numpy: mutated ones read by both, and written ones read back.
+
+Seeded, so each run checks the same few thousand archives; a failure names the seed and the
+case, and the archive is kept in pytest's tmp_path.
+"""
+
+import io
+import random
+import shutil
+import subprocess
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+
+import mmnpz
+from conftest import assert_same_array, is_fortran
+
+
+def _source_archive(rng):
+    """An archive of 1 to 4 members written by numpy, deflated about a third of the time."""
+    kinds = [np.arange(7, dtype="<i4"), np.ones((2, 3), ">f8"), np.array(["ab", "c"]),
+             np.zeros((0, 3), "u1"), np.array(3.5), np.arange(6, dtype="c8").reshape(2, 3).T,
+             np.array([(1, 2.0)], dtype=[("a", "i2"), ("b", "<f4")]), np.array([True, False])]
+    out = io.BytesIO()
+    save = np.savez_compressed if rng.random() < 0.3 else np.savez
+    save(out, **{f"m{k}": rng.choice(kinds) for k in range(rng.randint(1, 4))})
+    return bytearray(out.getvalue())
+
+
+def _mutate(rng, data):
+    """1 to 4 byte changes, deletions or insertions at random places."""
+    for _ in range(rng.randint(1, 4)):
+        at, op = rng.randrange(len(data)), rng.random()
+        if op < 0.6:
+            data[at] = rng.randrange(256)
+        elif op < 0.8:
+            del data[at:at + rng.randint(1, 8)]
+        else:
+            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+    return data
+
+
+def _read_all(load, path):
+    """("open failed", exception) or {key: array or exception} of every member."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            archive = load(path)
+            out = {}
+            for key in list(archive.keys()):
+                try:
+                    out[key] = np.asarray(archive[key])
+                except Exception as e:  # noqa: BLE001 - compared below
+                    out[key] = e
+            return out
+    except Exception as e:  # noqa: BLE001 - compared below
+        return ("open failed", e)
+
+
+def test_mutated_archives_give_numpys_values_or_an_error_and_never_others(tmp_path, monkeypatch):
+    # A mapped member's CRC-32 is not checked (README: zero-copy views), so numpy's is turned
+    # off too: what is compared is the values each library decodes from the same bytes.
+    monkeypatch.setattr(zipfile.ZipExtFile, "_update_crc", lambda self, newdata: None)
+    rng = random.Random(20261128)
+    compared = 0
+    for case in range(2000):
+        path = tmp_path / f"case{case}.npz"
+        path.write_bytes(_mutate(rng, _source_archive(rng)))
+        want = _read_all(lambda p: np.load(p, allow_pickle=False), path)
+        got = _read_all(mmnpz.load, path)
+        where = f"case {case} ({path})"
+        if isinstance(got, tuple):
+            assert isinstance(got[1], mmnpz.FormatError), f"{where}: {got[1]!r}"
+        if isinstance(want, tuple) or isinstance(got, tuple):
+            path.unlink()
+            continue
+        assert list(got) == list(want), where
+        for key, value in want.items():
+            if isinstance(value, np.ndarray) and isinstance(got[key], np.ndarray):
+                assert_same_array(got[key], value, f"{where}: member {key!r}")
+                compared += 1
+            elif isinstance(got[key], Exception):
+                # mmnpz is stricter where numpy (its CRC-32 off) reads: a deflated member's
+                # CRC-32, sizes that disagree; never a crash or another kind of error
+                assert isinstance(got[key], mmnpz.FormatError), \
+                    f"{where}: member {key!r}: {got[key]!r}"
+            else:
+                pytest.fail(f"{where}: member {key!r}: numpy refused it ({value!r}), "
+                            f"mmnpz read {got[key]!r}")
+        path.unlink()
+    assert compared > 1000  # the mutations leave most members readable by both
+
+
+_DTYPES = ["<i1", ">i2", "<u4", ">f8", "<f2", "c16", "?", "S5", "U3", "<M8[s]", ">m8[ms]", "V4",
+           [("a", "<i2"), ("b", ">f4", (2,))], (np.int16, (2, 3)), [(("title", "t"), "<i4")],
+           [("n", [("i", "u1")])]]
+_NAMES = ["x", "é", "a/b", "sp ace", "x.npy", "UPPER", "m0", "m1"]
+
+
+def _random_array(rng):
+    dtype = np.dtype(rng.choice(_DTYPES))
+    shape = tuple(rng.randint(0, 4) for _ in range(rng.randint(0, 3)))
+    array = np.zeros(shape, dtype)
+    if array.nbytes:
+        noise = bytes(rng.randrange(256) for _ in range(array.nbytes))
+        array = np.frombuffer(noise, np.uint8).view(array.dtype).reshape(array.shape).copy()
+    if rng.random() < 0.3 and array.ndim >= 2:
+        array = array.T  # Fortran order
+    if rng.random() < 0.2 and array.ndim >= 1:
+        array = array[::-1]  # not contiguous: written through a copy
+    return array
+
+
+def _as_saved(array):
+    """What np.load gives back for `array`: Fortran order kept, anything else in C order."""
+    return array if is_fortran(array) else array.copy(order="C")  # 0-d stays 0-d
+
+
+def test_random_arrays_written_by_savez_read_back_as_written_by_numpy_zipfile_and_unzip(tmp_path):
+    rng = random.Random(1128)
+    unzip = shutil.which("unzip")
+    for case in range(200):
+        arrays = {}
+        for _ in range(rng.randint(1, 4)):
+            name = rng.choice(_NAMES)
+            other = {"x": "x.npy", "x.npy": "x"}.get(name)
+            if other in arrays:
+                continue  # numpy's key x.npy would be the member of x
+            arrays[name] = _random_array(rng)
+        path = tmp_path / f"case{case}.npz"
+        save = mmnpz.savez_compressed if rng.random() < 0.3 else mmnpz.savez
+        save(path, **arrays)
+        where = f"case {case} ({path}, {save.__name__})"
+        loaded = mmnpz.load(path)
+        with np.load(path) as expected:
+            assert sorted(expected.files) == sorted(loaded.files) == sorted(arrays), where
+            for name, array in arrays.items():
+                assert_same_array(expected[name], _as_saved(array), f"{where}: numpy: {name}")
+                assert_same_array(np.asarray(loaded[name]), _as_saved(array),
+                                  f"{where}: mmnpz: {name}")
+        with zipfile.ZipFile(path) as z:
+            assert z.testzip() is None, where
+        if unzip:
+            done = subprocess.run([unzip, "-tq", str(path)], capture_output=True, text=True)
+            assert done.returncode == 0, f"{where}: {done.stdout}{done.stderr}"
+        path.unlink()
