@@ -7,6 +7,7 @@ case, and the archive is kept in pytest's tmp_path.
 import io
 import random
 import shutil
+import struct
 import subprocess
 import warnings
 import zipfile
@@ -146,3 +147,57 @@ def test_random_arrays_written_by_savez_read_back_as_written_by_numpy_zipfile_an
             done = subprocess.run([unzip, "-tq", str(path)], capture_output=True, text=True)
             assert done.returncode == 0, f"{where}: {done.stdout}{done.stderr}"
         path.unlink()
+
+
+def _write_by(rng, path, arrays):
+    """Writes `arrays` as one of five writers would: mmnpz or numpy, stored or deflated, or half
+    by numpy and the rest appended by mmnpz."""
+    kind = rng.choice(["mmnpz", "mmnpz deflated", "numpy", "numpy deflated", "appended"])
+    if kind == "appended":
+        items = list(arrays.items())
+        half = len(items) // 2
+        np.savez(path, **dict(items[:half]))
+        with mmnpz.NpzWriter(path, "a") as w:
+            for name, array in items[half:]:
+                w.write(name, array)
+    else:
+        save = {"mmnpz": mmnpz.savez, "mmnpz deflated": mmnpz.savez_compressed,
+                "numpy": np.savez, "numpy deflated": np.savez_compressed}[kind]
+        save(path, **arrays)
+    return kind
+
+
+def test_recover_restores_every_member_written_wholly_before_a_random_cut(tmp_path):
+    rng = random.Random(2611)
+    restored = 0
+    for case in range(300):
+        arrays = {f"m{k}": np.arange(rng.randint(0, 3000), dtype=rng.choice(["<f4", ">i8", "u1"]))
+                  for k in range(rng.randint(1, 8))}
+        path = tmp_path / f"case{case}.npz"
+        kind = _write_by(rng, path, arrays)
+        whole = path.read_bytes()
+        ends = {}  # where each member's bytes end: local header, name, extra field, data
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                at = info.header_offset
+                name_len, extra_len = struct.unpack("<HH", whole[at + 26:at + 30])
+                ends[info.filename[:-4]] = at + 30 + name_len + extra_len + info.compress_size
+        cut = rng.randrange(len(whole))
+        path.write_bytes(whole[:cut])
+        where = f"case {case} ({kind}, cut at {cut} of {len(whole)})"
+        try:
+            mmnpz.recover(path)
+        except mmnpz.FormatError:
+            pass  # nothing to restore: checked below
+        kept = [name for name, end in ends.items() if end <= cut]
+        if kept:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loaded = mmnpz.load(path)
+            with np.load(path) as expected:
+                for name in kept:
+                    assert_same_array(expected[name], arrays[name], f"{where}: numpy: {name}")
+                    assert_same_array(np.asarray(loaded[name]), arrays[name], f"{where}: {name}")
+            restored += len(kept)
+        path.unlink()
+    assert restored > 300
