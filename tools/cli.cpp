@@ -21,8 +21,8 @@
 
 #include "CLI/CLI.hpp"
 #include "detail/utf8.hpp"
-#include "zip/crc32.hpp"
 #include "mmnpz/mmnpz.hpp"
+#include "zip/crc32.hpp"
 
 namespace mmnpz::cli {
 namespace {
@@ -93,8 +93,9 @@ struct usage_error {
 // A whole number given to an option, digits only: CLI11 would take "-1" for the largest
 // std::size_t. `refusal` completes "OPTION TEXT ..." when the text is no such number.
 std::size_t whole_number(const char* option, const std::string& text, const char* refusal) {
-  const bool digits = !text.empty() && text.size() <= 18 &&
-                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  const bool digits =
+      !text.empty() && text.size() <= 18 && std::all_of(text.begin(), text.end(), digit);
   if (!digits) throw usage_error{std::string(option) + " " + text + " " + refusal};
   return static_cast<std::size_t>(std::stoull(text));
 }
