@@ -1,7 +1,8 @@
-"""Random archives against numpy: mutated ones read by both, and written ones read back.
+"""Random archives against numpy: mutated ones read by both, written ones read back, cut ones
+recovered.
 
-Seeded, so each run checks the same few thousand archives; a failure names the seed and the
-case, and the archive is kept in pytest's tmp_path.
+Seeded, so each run checks the same few thousand archives; a failure names the case, whose
+archive is kept in pytest's tmp_path.
 """
 
 import io
