@@ -74,8 +74,25 @@ def _check_readable(fileobj):
             f"{_file_object_name(fileobj)}: the file object is not open for reading")
 
 
+def _file_io(fileobj):
+    """The io.FileIO under a file object whose bytes are its descriptor's (a binary or text
+    file that open() made, a tempfile wrapper of one), or None. A file object that
+    transforms the bytes (gzip.GzipFile, bz2.BZ2File, lzma.LZMAFile, ...) may hand out the
+    descriptor of the file it transforms: that one is not its bytes."""
+    if isinstance(fileobj, tempfile._TemporaryFileWrapper):
+        fileobj = fileobj.file
+    if isinstance(fileobj, io.TextIOWrapper):
+        fileobj = fileobj.buffer
+    if isinstance(fileobj, (io.BufferedReader, io.BufferedRandom, io.BufferedWriter)):
+        fileobj = fileobj.raw
+    return fileobj if isinstance(fileobj, io.FileIO) else None
+
+
 def _regular_fileno(fileobj):
-    """The descriptor of a file object over a seekable regular file, or None."""
+    """The descriptor of a file object over a seekable regular file whose bytes it reads
+    unchanged (see _file_io), or None."""
+    if _file_io(fileobj) is None:
+        return None
     try:
         fd = fileobj.fileno()
         seekable = fileobj.seekable() if hasattr(fileobj, "seekable") else True

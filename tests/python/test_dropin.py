@@ -3,6 +3,7 @@ takes (paths, file objects, .npy files) plus bytes, numpy's keywords, mmap_mode'
 meanings, compressed writing, raw bytes members and archive comments; each point compared
 with numpy itself (and zipfile, unzip)."""
 
+import importlib
 import io
 import os
 import pickle
@@ -10,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 import numpy as np
@@ -70,6 +72,37 @@ def test_a_file_object_without_a_descriptor_is_read(npz, arrays):
     assert reader.files == want.files
     for name in arrays:
         assert_same_array(reader[name], want[name])
+
+
+@pytest.mark.parametrize("module", ["gzip", "bz2", "lzma"])
+def test_a_compressed_file_object_is_read_through_not_mapped_from_its_descriptor(
+        tmp_path, npz, arrays, module):
+    """GzipFile and its kin hand out the descriptor of the compressed file: mapping it read
+    the compressed bytes ("not a ZIP archive"), or a .npy's header out of them."""
+    opener = importlib.import_module(module).open
+    packed = tmp_path / f"archive.{module}"
+    with opener(packed, "wb") as f:
+        f.write(npz.read_bytes())
+    with opener(packed, "rb") as f, opener(packed, "rb") as g:
+        reader, want = mmnpz.load(f), np.load(g)
+        assert reader.files == want.files
+        for name in arrays:
+            assert_same_array(np.asarray(reader[name]), want[name])
+    npy = tmp_path / f"array.npy.{module}"
+    with opener(npy, "wb") as f:
+        np.save(f, arrays["b"])
+    with opener(npy, "rb") as f, opener(npy, "rb") as g:
+        assert_same_array(np.asarray(mmnpz.load(f)), np.load(g))
+
+
+def test_a_named_temporary_file_is_mapped(npz, arrays):
+    with tempfile.NamedTemporaryFile(suffix=".npz") as f:
+        f.write(npz.read_bytes())
+        f.flush()
+        reader = mmnpz.load(f)
+        for name in arrays:
+            assert isinstance(reader[name], np.memmap)
+            assert_same_array(reader[name], np.load(npz)[name])
 
 
 def test_bytes_bytearray_and_memoryview_are_archives(npz, arrays):
