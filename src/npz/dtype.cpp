@@ -38,85 +38,109 @@ bool valid_datetime_unit(std::string_view u) {
   return false;
 }
 
+// numpy's one-character type codes, as np.dtype() reads them on 64-bit Linux (a C long is 8
+// bytes, a long double 16): the kind and size each stands for alone ("<i" is "<i4", "e" is
+// "f2", "b" is "i1" but "b1" a bool, "c" is "S1", "S" and "a" are "S0").
+struct type_code {
+  char code, kind;
+  std::uint64_t size;
+};
+constexpr type_code type_codes[] = {
+    {'?', 'b', 1},  {'b', 'i', 1}, {'B', 'u', 1},  {'h', 'i', 2},  {'H', 'u', 2}, {'i', 'i', 4},
+    {'I', 'u', 4},  {'l', 'i', 8}, {'L', 'u', 8},  {'q', 'i', 8},  {'Q', 'u', 8}, {'p', 'i', 8},
+    {'P', 'u', 8},  {'e', 'f', 2}, {'f', 'f', 4},  {'d', 'f', 8},  {'g', 'f', 16}, {'F', 'c', 8},
+    {'D', 'c', 16}, {'G', 'c', 32}, {'c', 'S', 1}, {'S', 'S', 0}, {'a', 'S', 0},  {'U', 'U', 0},
+    {'V', 'V', 0},  {'M', 'M', 8}, {'m', 'm', 8},  {'O', 'O', 8}};
+
 }  // namespace
 
 dtype dtype::parse(std::string_view descr) {
-  // A kind without a byte order first ("f8", "i4", "O", as writers other than numpy's may
-  // write) is in native order, as numpy reads it.
-  const bool implicit_order =
-      !descr.empty() && std::string_view("biufcSVUOMm").find(descr[0]) != std::string_view::npos;
-  if (descr.size() < (implicit_order ? 1u : 2u)) bad(descr, "too short");
+  // A byte order first ('<', '>', '|' or '='), or none: native order, as numpy reads "f8",
+  // "i4" or "O" from writers other than numpy's. Then a kind and its size ("f8", "U3",
+  // "M8[ns]"), or a type code alone ("f", "<i", "?").
+  const bool has_order = !descr.empty() && std::string_view("<>|=").find(descr[0]) !=
+                                               std::string_view::npos;
+  const std::string_view body = descr.substr(has_order ? 1 : 0);
+  if (body.empty()) bad(descr, "too short");
   dtype t;
-  const char order = implicit_order ? '=' : descr[0];
-  if (order == '<' || order == '>' || order == '|') {
-    t.order_ = static_cast<byte_order>(order);
-  } else if (order == '=') {
-    t.order_ = native_order;
+  const char order = has_order ? descr[0] : '=';
+  t.order_ = order == '=' ? native_order : static_cast<byte_order>(order);
+  t.kind_ = body[0];
+  std::string_view rest = body.substr(1);
+  const type_code* code = nullptr;
+  for (const type_code& c : type_codes) {
+    if (rest.empty() && c.code == t.kind_) code = &c;
+  }
+  if (code) {
+    t.kind_ = code->kind;
+    t.itemsize_ = code->size;
+    t.has_object_ = code->kind == 'O';
   } else {
-    bad(descr, "the first character must be '<', '>', '|' or '='");
-  }
-  t.kind_ = descr[implicit_order ? 0 : 1];
-  std::string_view rest = descr.substr(implicit_order ? 1 : 2);
-  std::uint64_t n = 0;
-  switch (t.kind_) {
-    case 'b':
-      if (rest != "1") bad(descr, "bool must have size 1");
-      t.itemsize_ = 1;
-      break;
-    case 'i':
-    case 'u':
-      if (!parse_uint(rest, n) || (n != 1 && n != 2 && n != 4 && n != 8)) {
-        bad(descr, "integers have size 1, 2, 4 or 8");
+    // A kind and its size: "f8", "S5", "U3", "M8[ns]", "O" (objects' 8 may be left out).
+    if (t.kind_ == 'a') t.kind_ = 'S';  // numpy's old name for bytes: "a5" is "S5"
+    std::uint64_t n = 0;
+    switch (t.kind_) {
+      case 'b':
+        if (rest != "1") bad(descr, "bool must have size 1");
+        t.itemsize_ = 1;
+        break;
+      case 'i':
+      case 'u':
+        if (!parse_uint(rest, n) || (n != 1 && n != 2 && n != 4 && n != 8)) {
+          bad(descr, "integers have size 1, 2, 4 or 8");
+        }
+        t.itemsize_ = n;
+        break;
+      case 'f':
+        if (!parse_uint(rest, n) || (n != 2 && n != 4 && n != 8 && n != 12 && n != 16)) {
+          bad(descr, "floats have size 2, 4, 8, 12 or 16");
+        }
+        t.itemsize_ = n;
+        break;
+      case 'c':
+        if (!parse_uint(rest, n) || (n != 8 && n != 16 && n != 24 && n != 32)) {
+          bad(descr, "complex numbers have size 8, 16, 24 or 32");
+        }
+        t.itemsize_ = n;
+        break;
+      case 'S':
+      case 'V':
+        if (!parse_uint(rest, n)) bad(descr, "a byte count must follow");
+        t.itemsize_ = n;
+        break;
+      case 'U':
+        if (!parse_uint(rest, n)) bad(descr, "a character count must follow");
+        t.itemsize_ = n * 4;
+        break;
+      case 'O':
+        if (!rest.empty() && rest != "8") bad(descr, "objects have size 8");
+        t.itemsize_ = 8;
+        t.has_object_ = true;
+        break;
+      case 'M':
+      case 'm': {
+        if (rest.substr(0, 1) != "8") bad(descr, "datetimes have size 8");
+        rest.remove_prefix(1);
+        if (!rest.empty()) {
+          if (rest.front() != '[' || rest.back() != ']') bad(descr, "the unit goes in brackets");
+          t.unit_ = std::string(rest.substr(1, rest.size() - 2));
+          if (!valid_datetime_unit(t.unit_)) bad(descr, "unknown datetime unit");
+        }
+        t.itemsize_ = 8;
+        break;
       }
-      t.itemsize_ = n;
-      break;
-    case 'f':
-      if (!parse_uint(rest, n) || (n != 2 && n != 4 && n != 8 && n != 12 && n != 16)) {
-        bad(descr, "floats have size 2, 4, 8, 12 or 16");
-      }
-      t.itemsize_ = n;
-      break;
-    case 'c':
-      if (!parse_uint(rest, n) || (n != 8 && n != 16 && n != 24 && n != 32)) {
-        bad(descr, "complex numbers have size 8, 16, 24 or 32");
-      }
-      t.itemsize_ = n;
-      break;
-    case 'S':
-    case 'V':
-      if (!parse_uint(rest, n)) bad(descr, "a byte count must follow");
-      t.itemsize_ = n;
-      break;
-    case 'U':
-      if (!parse_uint(rest, n)) bad(descr, "a character count must follow");
-      t.itemsize_ = n * 4;
-      break;
-    case 'O':
-      if (!rest.empty() && rest != "8") bad(descr, "objects have size 8");
-      t.itemsize_ = 8;
-      t.has_object_ = true;
-      break;
-    case 'M':
-    case 'm': {
-      if (rest.substr(0, 1) != "8") bad(descr, "datetimes have size 8");
-      rest.remove_prefix(1);
-      if (!rest.empty()) {
-        if (rest.front() != '[' || rest.back() != ']') bad(descr, "the unit goes in brackets");
-        t.unit_ = std::string(rest.substr(1, rest.size() - 2));
-        if (!valid_datetime_unit(t.unit_)) bad(descr, "unknown datetime unit");
-      }
-      t.itemsize_ = 8;
-      break;
+      default:
+        bad(descr, std::string("unknown kind '") + t.kind_ + "'");
     }
-    default:
-      bad(descr, std::string("unknown kind '") + t.kind_ + "'");
   }
+  // No byte order for bytes, voids, objects and single bytes; native order for '|' on a
+  // multi-byte type, as numpy reads "|f8".
   const bool single_byte_kind = t.itemsize_ == 1 && t.kind_ != 'U';
   const bool orderless = t.kind_ == 'S' || t.kind_ == 'V' || t.kind_ == 'O' || single_byte_kind;
   if (orderless) {
     t.order_ = byte_order::not_applicable;
   } else if (t.order_ == byte_order::not_applicable) {
-    bad(descr, "a multi-byte type needs '<' or '>'");
+    t.order_ = native_order;
   }
   t.descr_ = "'" + t.str() + "'";
   return t;

@@ -78,9 +78,9 @@ class literal_parser {
     py_value v;
     v.pos = i_;
     const char c = s_[i_];
-    if (c == '\'' || c == '"' ||
-        ((c == 'u' || c == 'b') && i_ + 1 < s_.size() &&
-         (s_[i_ + 1] == '\'' || s_[i_ + 1] == '"'))) {
+    const bool quote_next = i_ + 1 < s_.size() && (s_[i_ + 1] == '\'' || s_[i_ + 1] == '"');
+    if (c == 'b' && quote_next) fail("a bytes literal, where numpy reads only str");
+    if (c == '\'' || c == '"' || (c == 'u' && quote_next)) {
       v.kind = py_value::str;
       v.text = string_literal();
     } else if (c == '(' || c == '[' || c == '{') {
@@ -108,16 +108,7 @@ class literal_parser {
         v.negative = c == '-';
         ++i_;
       }
-      const std::size_t start = i_;
-      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
-        if (__builtin_mul_overflow(v.num, 10u, &v.num) ||
-            __builtin_add_overflow(v.num, static_cast<unsigned>(s_[i_] - '0'), &v.num)) {
-          fail_at(start, "integer too large");
-        }
-        ++i_;
-      }
-      if (i_ == start) fail("expected a digit");
-      if (i_ < s_.size() && (s_[i_] == 'L' || s_[i_] == 'l')) ++i_;  // Python 2 long
+      v.num = integer_literal();
     } else if (word("True")) {
       v.kind = py_value::boolean;
       v.flag = true;
@@ -131,6 +122,56 @@ class literal_parser {
     return v;
   }
 
+  // A Python 3 integer literal, as ast.literal_eval reads it: decimal without leading zeros
+  // ("0" and "00" but not "03"), or 0x, 0o, 0b; single underscores between digits. In a
+  // latin-1 header (.npy v1.0, v2.0) a Python 2 "L" may follow, which numpy drops there.
+  std::uint64_t integer_literal() {
+    const std::size_t start = i_;
+    unsigned base = 10;
+    if (s_[i_] == '0' && i_ + 1 < s_.size()) {
+      const char p = static_cast<char>(s_[i_ + 1] | 0x20);
+      base = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 10;
+      if (base != 10) i_ += 2;
+    }
+    std::uint64_t num = 0;
+    std::size_t digits = 0;
+    bool leading_zero = false;  // a decimal that starts with 0 may hold only zeros
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      const bool separator = c == '_' && (digits > 0 || base != 10) && i_ + 1 < s_.size() &&
+                             digit(s_[i_ + 1], base) >= 0;
+      if (separator) {
+        ++i_;
+        continue;
+      }
+      const int d = digit(c, base);
+      if (d < 0) break;
+      if (base == 10 && digits == 0) leading_zero = d == 0;
+      if (leading_zero && d != 0) fail_at(start, "leading zeros in a decimal integer");
+      if (__builtin_mul_overflow(num, base, &num) ||
+          __builtin_add_overflow(num, static_cast<unsigned>(d), &num)) {
+        fail_at(start, "integer too large");
+      }
+      ++digits;
+      ++i_;
+    }
+    if (digits == 0) fail("expected a digit");
+    if (latin1_ && i_ < s_.size() && s_[i_] == 'L') ++i_;  // Python 2 long
+    if (i_ < s_.size() && (digit(s_[i_], 36) >= 0 || s_[i_] == '_')) {
+      fail("invalid integer literal");
+    }
+    return num;
+  }
+
+  // The value of digit `c` in `base` (up to 36), or -1.
+  static int digit(char c, unsigned base) {
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'z' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'Z' ? c - 'A' + 10
+                                         : -1;
+    return d >= 0 && static_cast<unsigned>(d) < base ? d : -1;
+  }
+
   bool word(std::string_view w) {
     if (s_.substr(i_, w.size()) != w) return false;
     i_ += w.size();
@@ -138,7 +179,7 @@ class literal_parser {
   }
 
   std::string string_literal() {
-    if (s_[i_] == 'u' || s_[i_] == 'b') ++i_;
+    if (s_[i_] == 'u') ++i_;
     const char quote = s_[i_++];
     std::string out;
     while (true) {
@@ -311,6 +352,7 @@ bool read_numpy_layout(std::string_view text, npy_header& h) {
   }
   if (!eat(", 'shape': (")) return false;
   h.shape.clear();
+  bool comma = false;  // after the last dimension: "(3)" is no tuple in Python
   while (!eat(")")) {
     std::uint64_t d = 0;
     std::size_t digits = 0;
@@ -318,12 +360,17 @@ bool read_numpy_layout(std::string_view text, npy_header& h) {
       if (digits == 18) return false;  // may not fit: let the general parser decide
       d = d * 10 + static_cast<std::uint64_t>(text[digits] - '0');
     }
-    if (digits == 0 || h.shape.size() == max_npy_ndim) return false;
+    // "03" is no Python integer: the general parser says so
+    if (digits == 0 || (digits > 1 && text[0] == '0') || h.shape.size() == max_npy_ndim) {
+      return false;
+    }
     h.shape.push_back(d);
     text.remove_prefix(digits);
-    if (eat(", ") || eat(",")) continue;
+    comma = eat(", ") || eat(",");
+    if (comma) continue;
     if (text.substr(0, 1) != ")") return false;
   }
+  if (h.shape.size() == 1 && !comma) return false;
   if (!eat(", }")) return false;
   for (char c : text) {  // padding (find_first_not_of would call memchr per character)
     if (c != ' ' && c != '\n') return false;

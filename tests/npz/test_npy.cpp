@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mmnpz/error.hpp"
 #include "mmnpz/npy.hpp"
@@ -55,6 +57,36 @@ TEST_SUITE("npy") {
     const auto v3 = parse(npy("{'descr': [('\xe2\x84\xb5', '<u2')], 'fortran_order': False, "
                               "'shape': (4,), }", 3));
     CHECK(v3.type.fields()[0].name == "\xe2\x84\xb5");
+  }
+
+  TEST_CASE("reads integers as Python 3 spells them and refuses what Python refuses") {
+    const auto shape_of = [](const std::string& shape, int major = 1) {
+      return parse(npy("{'descr': '|u1', 'fortran_order': False, 'shape': " + shape + "}", major))
+          .shape;
+    };
+    using dims = std::vector<std::uint64_t>;
+    CHECK(shape_of("(1_0, 0x1f, 0o17, 0b101, 00, 0x_1)") == dims{10, 31, 15, 5, 0, 1});
+    CHECK(shape_of("(3,)") == dims{3});
+    CHECK(shape_of("(2L, 3L)", 2) == dims{2, 3});  // Python 2 longs, in latin-1 headers only
+    const std::pair<const char*, const char*> refused[] = {
+        {"(03,)", "leading zeros in a decimal integer"},
+        {"(1__0,)", "invalid integer literal"},
+        {"(1_,)", "invalid integer literal"},
+        {"(3l,)", "invalid integer literal"},
+        {"(3j,)", "invalid integer literal"},
+        {"(0x,)", "expected a digit"},
+        {"(3)", "shape must be a tuple"},  // an int in parentheses, by either parser
+        {"3", "shape must be a tuple"}};
+    for (const auto& [shape, why] : refused) {
+      CAPTURE(shape);
+      const std::string dict =
+          "{'descr': '|u1', 'fortran_order': False, 'shape': " + std::string(shape) + ", }";
+      CHECK(error_of(npy(dict)).find(why) != std::string::npos);
+    }
+    CHECK(error_of(npy("{'descr': '|u1', 'fortran_order': False, 'shape': (3L,), }", 3))
+              .find("invalid integer literal") != std::string::npos);
+    CHECK(error_of(npy("{'descr': b'<f4', 'fortran_order': False, 'shape': (3,), }"))
+              .find("a bytes literal, where numpy reads only str") != std::string::npos);
   }
 
   TEST_CASE("decodes latin-1 field names of version 1.0 headers to UTF-8") {
