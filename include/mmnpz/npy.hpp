@@ -41,9 +41,12 @@ constexpr char npy_magic[] = "\x93NUMPY";
 constexpr std::size_t npy_magic_len = 6;
 
 /// Decodes the header of the .npy at [data, data + size): versions 1.0, 2.0 and 3.0, keys in
-/// any order, every numpy dtype including nested structured ones. Checks that the data fits
-/// in `size`. Throws mmnpz::error (errc::corrupt_npy) naming `path`, `member` and the absolute
-/// offset (`file_offset` is where `data` lies in the file).
+/// any order, every numpy dtype including nested structured ones, spelled as numpy reads them
+/// (Python 3 literals: "0x10" and "1_000" are integers, "03" and b'' are refused; a Python 2
+/// "L" after an integer in 1.0 and 2.0 headers only; dtype::parse's type codes, except a descr
+/// [], a descr tuple and datetime units with a divisor, which numpy reads). Checks that the
+/// data fits in `size`. Throws mmnpz::error (errc::corrupt_npy) naming `path`, `member` and
+/// the absolute offset (`file_offset` is where `data` lies in the file).
 npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path = {},
                            std::string_view member = {}, std::uint64_t file_offset = 0);
 
