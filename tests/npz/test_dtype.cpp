@@ -65,9 +65,10 @@ TEST_SUITE("dtype") {
         {"M", "<M8"},   {"m", "<m8"},   {"O", "|O"},    {"<i", "<i4"}, {">e", ">f2"},
         {"<b", "|i1"},  {"<?", "|b1"},  {"=i", "<i4"},  {"|i", "<i4"}, {"|e", "<f2"},
         {"|f8", "<f8"}, {"a3", "|S3"},  {"<a3", "|S3"}, {"<S", "|S0"}, {"<M", "<M8"}};
-    for (const auto& [code, str] : codes) {
+    for (const auto& spelling : codes) {
+      const char* code = spelling.first;  // not a structured binding: clang cannot CAPTURE one
       CAPTURE(code);
-      CHECK(dtype::parse(code).str() == str);
+      CHECK(dtype::parse(code).str() == spelling.second);
     }
     CHECK(dtype::parse("O").has_object());
     CHECK(dtype::parse("b1") == dtype::parse("?"));  // "b" alone is int8, "b1" a bool

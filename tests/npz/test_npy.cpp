@@ -77,7 +77,9 @@ TEST_SUITE("npy") {
         {"(0x,)", "expected a digit"},
         {"(3)", "shape must be a tuple"},  // an int in parentheses, by either parser
         {"3", "shape must be a tuple"}};
-    for (const auto& [shape, why] : refused) {
+    for (const auto& refusal : refused) {
+      const auto& shape = refusal.first;  // not a structured binding: clang cannot CAPTURE one
+      const auto& why = refusal.second;
       CAPTURE(shape);
       const std::string dict =
           "{'descr': '|u1', 'fortran_order': False, 'shape': " + std::string(shape) + ", }";
