@@ -1,5 +1,7 @@
 #include "mmnpz/dtype.hpp"
 
+#include <algorithm>
+#include <initializer_list>
 #include <set>
 #include <stdexcept>
 #include <string_view>
@@ -21,6 +23,16 @@ bool parse_uint(std::string_view s, std::uint64_t& out) {
     out = out * 10 + static_cast<std::uint64_t>(c - '0');
   }
   return true;
+}
+
+// The size after a numeric kind ("8" of "f8"), which must be one of `sizes`; else `why`.
+std::uint64_t sized(std::string_view descr, std::string_view digits,
+                    std::initializer_list<std::uint64_t> sizes, const char* why) {
+  std::uint64_t n = 0;
+  if (!parse_uint(digits, n) || std::find(sizes.begin(), sizes.end(), n) == sizes.end()) {
+    bad(descr, why);
+  }
+  return n;
 }
 
 // numpy's datetime units, optionally with a multiplier ("10ms"); empty means generic.
@@ -58,8 +70,8 @@ dtype dtype::parse(std::string_view descr) {
   // A byte order first ('<', '>', '|' or '='), or none: native order, as numpy reads "f8",
   // "i4" or "O" from writers other than numpy's. Then a kind and its size ("f8", "U3",
   // "M8[ns]"), or a type code alone ("f", "<i", "?").
-  const bool has_order = !descr.empty() && std::string_view("<>|=").find(descr[0]) !=
-                                               std::string_view::npos;
+  const bool has_order =
+      !descr.empty() && std::string_view("<>|=").find(descr[0]) != std::string_view::npos;
   const std::string_view body = descr.substr(has_order ? 1 : 0);
   if (body.empty()) bad(descr, "too short");
   dtype t;
@@ -86,22 +98,14 @@ dtype dtype::parse(std::string_view descr) {
         break;
       case 'i':
       case 'u':
-        if (!parse_uint(rest, n) || (n != 1 && n != 2 && n != 4 && n != 8)) {
-          bad(descr, "integers have size 1, 2, 4 or 8");
-        }
-        t.itemsize_ = n;
+        t.itemsize_ = sized(descr, rest, {1, 2, 4, 8}, "integers have size 1, 2, 4 or 8");
         break;
       case 'f':
-        if (!parse_uint(rest, n) || (n != 2 && n != 4 && n != 8 && n != 12 && n != 16)) {
-          bad(descr, "floats have size 2, 4, 8, 12 or 16");
-        }
-        t.itemsize_ = n;
+        t.itemsize_ = sized(descr, rest, {2, 4, 8, 12, 16}, "floats have size 2, 4, 8, 12 or 16");
         break;
       case 'c':
-        if (!parse_uint(rest, n) || (n != 8 && n != 16 && n != 24 && n != 32)) {
-          bad(descr, "complex numbers have size 8, 16, 24 or 32");
-        }
-        t.itemsize_ = n;
+        t.itemsize_ =
+            sized(descr, rest, {8, 16, 24, 32}, "complex numbers have size 8, 16, 24 or 32");
         break;
       case 'S':
       case 'V':
