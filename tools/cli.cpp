@@ -86,8 +86,11 @@ const command_text commands[] = {
      "every complete member whose CRC-32 matches, cuts off the rest, and says what it did."},
 };
 
+// A request the command line cannot carry out: exit status 2, the sentence, and the help
+// when the command line itself was wrong (not when OUT or a target exists).
 struct usage_error {
   std::string message;
+  bool with_help = true;
 };
 
 // A whole number given to an option, digits only: CLI11 would take "-1" for the largest
@@ -452,7 +455,7 @@ int cmd_verify(const verify_options& a) {
       bad.push_back(e.what());
     }
     std::sort(bad.begin(), bad.end());
-    for (const auto& b : bad) std::fprintf(stderr, "%s\n", b.c_str());
+    for (const auto& b : bad) std::fprintf(stderr, "mmnpz verify: %s\n", b.c_str());
     if (a.json) {
       std::string problems;
       for (const auto& b : bad) problems += (problems.empty() ? "" : ", ") + json_string(b);
@@ -593,7 +596,7 @@ int write_archive(const write_options& a) {
   if (n == 0 || n > max_alignment || (n & (n - 1)) != 0) {
     throw usage_error{"--align " + a.alignment + " " + refusal};
   }
-  if (exists(out)) throw usage_error{"'" + out + "' exists: choose a new OUT"};
+  if (exists(out)) throw usage_error{"'" + out + "' exists: choose a new OUT", false};
   writer_options o;
   o.alignment = n;
   o.allow_duplicate_names = a.allow_duplicates;
@@ -665,10 +668,11 @@ int cmd_extract(const extract_options& a) {
     const std::string name(r.member(i).name);
     const std::string base = name.substr(name.rfind('/') + 1);  // never outside DIR
     if (base.empty() || base == "." || base == "..") {
-      throw usage_error{"member '" + name + "' has no usable file name"};
+      throw error(errc::invalid_argument, a.file, name, error::no_offset,
+                  "its name ends in no usable file name: not extracted");
     }
     const std::string target = dir + "/" + base;
-    if (exists(target)) throw usage_error{"'" + target + "' exists: not overwritten"};
+    if (exists(target)) throw usage_error{"'" + target + "' exists: not overwritten", false};
     extract_member(r, i, target);
     if (a.json) {
       std::printf("{\"member\": %s, \"path\": %s}\n", json_string(name).c_str(),
@@ -875,7 +879,7 @@ class command_line {
     } catch (const CLI::ParseError& e) {
       return usage(e.what());
     } catch (const usage_error& e) {
-      return usage(e.message);
+      return usage(e.message, e.with_help);
     } catch (const error& e) {
       std::fprintf(stderr, "%s: %s\n", prefix().c_str(), e.what());
       return exit_failed;
@@ -946,8 +950,9 @@ class command_line {
                                           : "mmnpz " + app_.get_subcommands().front()->get_name();
   }
 
-  int usage(const std::string& message) const {
-    std::fprintf(stderr, "%s: %s\n%s", prefix().c_str(), message.c_str(), app_.help().c_str());
+  int usage(const std::string& message, bool with_help = true) const {
+    std::fprintf(stderr, "%s: %s\n%s", prefix().c_str(), message.c_str(),
+                 with_help ? app_.help().c_str() : "");
     return exit_usage;
   }
 

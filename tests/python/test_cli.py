@@ -129,7 +129,8 @@ def test_verify_passes_good_archives_and_names_a_damaged_member(mixed, tmp_path)
     bad.write_bytes(bytes(data))
     out = run("verify", mixed, bad)
     assert out.returncode == 1
-    assert f"{bad}: member 'f.npy'" in out.stderr and "CRC-32" in out.stderr
+    assert out.stderr.startswith(f"mmnpz verify: {bad}: member 'f.npy' at offset ")
+    assert ": CRC-32 is 0x" in out.stderr
     assert f"{mixed}: OK" in out.stdout and f"{bad}: BAD" in out.stdout
     assert run("verify", "--quick", mixed).returncode == 0
 
@@ -146,7 +147,7 @@ def test_verify_checks_each_member_of_a_repeated_name(tmp_path):
     path.write_bytes(bytes(data))
     out = run("verify", path)
     assert out.returncode == 1 and f"{path}: BAD (2 members checked, 1 bad)" in out.stdout
-    assert out.stderr.startswith(f"{path}: member 'a.txt' at offset 35: CRC-32 is")
+    assert out.stderr.startswith(f"mmnpz verify: {path}: member 'a.txt' at offset 35: CRC-32 is")
 
 
 def test_align_rewrites_any_archive_aligned_and_readable_by_numpy(mixed, tmp_path):
@@ -191,7 +192,9 @@ def test_extract_writes_npy_files_numpy_loads_and_never_overwrites(mixed, tmp_pa
     assert done.returncode == 0, done.stderr
     assert np.array_equal(np.load(out / "a.npy"), np.arange(12.0).reshape(3, 4))
     assert (out / "readme.txt").read_text() == "hello"
-    assert run("extract", "-o", out, mixed, "a").returncode == 2
+    again = run("extract", "-o", out, mixed, "a")
+    assert (again.returncode, again.stdout) == (2, "")
+    assert again.stderr == f"mmnpz extract: '{out}/a.npy' exists: not overwritten\n"  # no help
     missing = run("extract", "-o", out, mixed, "nope")
     assert missing.returncode == 1 and "no such member" in missing.stderr
 
@@ -204,6 +207,23 @@ def test_extract_keeps_files_inside_the_target_directory(tmp_path):
     out.mkdir()
     assert run("extract", "-o", out, sneaky, "../../escape.txt").returncode == 0
     assert (out / "escape.txt").exists() and not (tmp_path.parent / "escape.txt").exists()
+
+
+@pytest.mark.parametrize("name", ["..", "a/..", "a/.", "a/"])
+def test_extract_refuses_a_member_whose_name_ends_in_no_file_name(tmp_path, name):
+    """Such a member is not written at all (exit status 1, as for a file that cannot be
+    written); the members named before it are."""
+    path = tmp_path / "odd.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("fine.txt", "x")
+        z.writestr(name, "y")
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run("extract", "-o", out, path, "fine.txt", name)
+    assert (done.returncode, done.stdout) == (1, f"{out}/fine.txt\n")
+    assert done.stderr == (f"mmnpz extract: {path}: member '{name}': its name ends in no usable "
+                           "file name: not extracted\n")
+    assert sorted(p.name for p in out.iterdir()) == ["fine.txt"]
 
 
 def test_recover_restores_the_intact_members_of_a_cut_archive(tmp_path):
@@ -367,7 +387,7 @@ def test_ls_verify_and_extract_stream_a_deflated_member_larger_than_their_memory
         assert f"{big.path}: OK (1 member checked)" in verify.stdout
         assert f"{bad}: BAD (1 member checked, 1 bad)" in verify.stdout
         assert verify.stderr.splitlines() == [
-            f"{bad}: member 'x.npy' at offset {member_data_offset(big.path, 'x.npy')}: CRC-32 is "
+            f"mmnpz verify: {bad}: member 'x.npy' at offset {member_data_offset(big.path, 'x.npy')}: CRC-32 is "
             f"0x{big.crc:08x}, the central directory says 0x{big.crc ^ 1:08x}"]
         bad.unlink()
 
@@ -549,7 +569,8 @@ def test_a_dangling_symlink_as_out_is_an_existing_out(mixed, tmp_path):
     link.symlink_to(tmp_path / "nowhere.npz")
     for command in (("align", mixed, link), ("merge", link, mixed)):
         out = run(*command)
-        assert out.returncode == 2 and f"'{link}' exists: choose a new OUT" in out.stderr
+        assert out.returncode == 2
+        assert out.stderr == f"mmnpz {command[0]}: '{link}' exists: choose a new OUT\n"
     assert link.is_symlink() and not (tmp_path / "nowhere.npz").exists()
 
 
@@ -680,7 +701,8 @@ def test_verify_json_agrees_with_verify(mixed, tmp_path):
     want = [f"{o['path']}: {'OK' if o['ok'] else 'BAD'} ({o['checked']} member{'s' if o['checked'] != 1 else ''} checked"
             + ("" if o["ok"] else f", {len(o['bad'])} bad") + ")" for o in objects]
     assert text.stdout.splitlines() == want
-    assert sorted(text.stderr.splitlines()) == sorted(objects[1]["bad"] + objects[2]["bad"])
+    assert sorted(text.stderr.splitlines()) == sorted(
+        "mmnpz verify: " + b for b in objects[1]["bad"] + objects[2]["bad"])
 
 
 def test_align_and_merge_json_agree_with_their_text(mixed, tmp_path):
