@@ -107,7 +107,8 @@ class writer {
 
   /// Writes a whole array of `dtype` and `shape` whose bytes are at `data` in C order (or
   /// Fortran order). Refused before any byte is written (errc::invalid_argument) for an
-  /// invalid or duplicate name, an object dtype, or a shape whose size overflows.
+  /// invalid or duplicate name, an object dtype, a shape whose size overflows, or a .npy
+  /// header longer than max_npy_header_len (make_npy_header(): readers refuse it).
   void write(std::string_view name, const void* data, const dtype& type,
              const std::vector<std::uint64_t>& shape, bool fortran_order = false);
 

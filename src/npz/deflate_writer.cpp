@@ -109,7 +109,12 @@ void writer::write_deflated(std::string_view name, const void* data, const dtype
     refuse("the array's size overflows");
   }
   if (nbytes > 0 && data == nullptr) refuse("no data given for a non-empty array");
-  const std::string header = make_npy_header(type, shape, fortran_order);
+  std::string header;
+  try {
+    header = make_npy_header(type, shape, fortran_order);
+  } catch (const error& e) {
+    refuse(e.detail());
+  }
   const deflated d =
       deflate_parts(path(), name, level,
                     {{reinterpret_cast<const unsigned char*>(header.data()), header.size()},

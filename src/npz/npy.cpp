@@ -612,6 +612,12 @@ std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>&
   if (major != 1) prefix = 12;
   const std::size_t total = padded(prefix);
   const std::size_t header_len = total - prefix;
+  if (header_len > max_npy_header_len) {  // a reader would refuse it (and 2^32 would wrap)
+    throw errors::invalid_argument(
+        "<.npy header>", "the .npy header would be " + std::to_string(header_len) +
+                             " bytes, over the limit of " + std::to_string(max_npy_header_len) +
+                             " that readers accept (too many or too long field names)");
+  }
 
   std::string out(npy_magic, npy_magic_len);
   out += static_cast<char>(major);

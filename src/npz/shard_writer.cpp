@@ -264,7 +264,11 @@ std::uint64_t shard_writer::bound(std::string_view name, const dtype& type,
   std::uint64_t header = 0;
   if (!type.has_object() && shape.size() <= max_npy_ndim &&
       array_nbytes(shape, type.itemsize(), nbytes)) {
-    header = make_npy_header(type, shape, fortran_order).size();
+    try {
+      header = make_npy_header(type, shape, fortran_order).size();
+    } catch (const error&) {
+      header = std::numeric_limits<std::uint64_t>::max();  // write() refuses it
+    }
   }
   return saturating_add(saturating_add(nbytes, header),
                         member_overhead(name.size() + 4, p_->opt.alignment));

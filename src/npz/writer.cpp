@@ -131,7 +131,13 @@ struct writer::impl {
     if (shape.size() > max_npy_ndim) refuse(full, "too many dimensions");
     std::uint64_t nbytes = 0;
     if (!array_nbytes(shape, type.itemsize(), nbytes)) refuse(full, "the array's size overflows");
-    begin_member(std::move(full), make_npy_header(type, shape, fortran_order), nbytes);
+    std::string npy;
+    try {
+      npy = make_npy_header(type, shape, fortran_order);
+    } catch (const error& e) {
+      refuse(full, e.detail());
+    }
+    begin_member(std::move(full), std::move(npy), nbytes);
   }
 
   // Starts a member of `nbytes` data bytes after `npy` (a .npy header, or nothing), whose

@@ -307,6 +307,47 @@ TEST_SUITE("writer") {
     CHECK(file_size(path) == size);
   }
 
+  TEST_CASE("refuses an array whose .npy header readers would refuse, and keeps the archive") {
+    // Field names of 1 MiB each: 16 of them make a header just over max_npy_header_len.
+    const auto wide = [](std::size_t fields) {
+      std::vector<mmnpz::field> f;
+      for (std::size_t k = 0; k < fields; ++k) {
+        f.push_back({std::to_string(k) + std::string(std::size_t{1} << 20, 'x'), "",
+                     mmnpz::dtype::of<std::uint8_t>(), {}, k});
+      }
+      return mmnpz::dtype::structured(std::move(f));
+    };
+    const mmnpz::dtype fits = wide(15), too_wide = wide(16);
+    CHECK(mmnpz::make_npy_header(fits, {2}, false).size() <= mmnpz::max_npy_header_len + 12);
+    CHECK_THROWS_WITH_AS(mmnpz::make_npy_header(too_wide, {2}, false),
+                         "<.npy header>: the .npy header would be 16777524 bytes, over the "
+                         "limit of 16777216 that readers accept (too many or too long field "
+                         "names)",
+                         mmnpz::error);
+
+    const std::string path = test::scratch("wide_header.npz");
+    const std::vector<std::uint8_t> bytes(32, 7);
+    mmnpz::writer w(path);
+    w.write("fits", bytes.data(), fits, {2});
+    const auto size = file_size(path);
+    const std::string why = ": the .npy header would be 16777524 bytes, over the limit of "
+                            "16777216 that readers accept (too many or too long field names)";
+    CHECK_THROWS_WITH_AS(w.write("wide", bytes.data(), too_wide, {2}),
+                         (path + ": member 'wide.npy'" + why).c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(w.write_deflated("wide", bytes.data(), too_wide, {2}),
+                         (path + ": member 'wide.npy'" + why).c_str(), mmnpz::error);
+    CHECK(file_size(path) == size);
+    w.write("after", bytes.data(), {4});
+    w.close();
+
+    const mmnpz::reader r(path);
+    CHECK(r.names() == std::vector<std::string>{"fits", "after"});
+    const auto v = r["fits"];
+    CHECK(v.type() == fits);
+    CHECK(v.data()[29] == std::byte{7});
+    CHECK(r["after"].data_as<std::uint8_t>()[3] == 7);
+  }
+
   TEST_CASE("allows a duplicate name when asked, and readers see the last one") {
     const std::string path = test::scratch("dups.npz");
     const int first = 1;

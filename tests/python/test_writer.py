@@ -129,6 +129,33 @@ def test_object_arrays_are_refused_before_a_byte_is_written(tmp_path):
         assert npz.files == ["a", "b"]
 
 
+def test_a_header_longer_than_readers_accept_is_refused_before_a_byte_is_written(tmp_path):
+    """numpy writes any header; mmnpz reads headers up to 16 MiB, so its writers refuse a
+    longer one (a dtype of very long or very many field names) instead of writing an archive
+    that no mmnpz reader opens."""
+    def wide(fields):
+        return np.dtype([(f"{k}" + "x" * (1 << 20), "u1") for k in range(fields)])
+
+    fits = np.arange(30, dtype=np.uint8).view(wide(15))
+    too_wide = np.zeros(2, wide(16))
+    path = tmp_path / "wide.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        writer.write("fits", fits)
+        size = path.stat().st_size
+        for write in (lambda: writer.write("wide", too_wide),
+                      lambda: writer.begin("wide", too_wide.dtype, (2,))):
+            with pytest.raises(ValueError, match=r"member 'wide\.npy': the \.npy header would be "
+                               r"16777524 bytes, over the limit of 16777216 that readers accept"):
+                write()
+            assert path.stat().st_size == size
+        writer.write("after", np.arange(3))
+    with mmnpz.load(path, max_header_size=1 << 25) as npz:  # as numpy's, by default 10,000
+        assert npz.files == ["fits", "after"] and npz["fits"].dtype == fits.dtype
+        assert npz["fits"].tobytes() == fits.tobytes()
+    with np.load(path, max_header_size=1 << 25) as npz:
+        assert npz["fits"].tobytes() == fits.tobytes()
+
+
 @pytest.mark.parametrize("name", ["", "/abs", "../up", "a/../b", "a\\b", "a\x00b", "a"])
 def test_invalid_names_are_refused_before_a_byte_is_written(tmp_path, name):
     path = tmp_path / "n.npz"
