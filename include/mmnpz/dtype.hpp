@@ -45,10 +45,20 @@ class dtype {
 
   /// A packed structured dtype from its fields, laid out one after another as a .npy descr
   /// list lays them out (padding is an anonymous "|Vn" field); their offsets are set here.
-  /// Throws std::invalid_argument for no fields, a size that overflows, or what numpy
-  /// refuses: two fields of one name, a title used as a name or title, and a field without
-  /// a name that is not untitled "|Vn" padding.
+  /// No fields make numpy's empty record, descr "[]" and itemsize 0 (is_structured() is
+  /// false). A field of a sub-array type and no shape of its own becomes a field of the
+  /// sub-array's base and shape, as numpy reads it. Throws std::invalid_argument for a size
+  /// that overflows, or what numpy refuses: two fields of one name, a title used as a name or
+  /// title, and a field without a name that is not untitled "|Vn" padding.
   static dtype structured(std::vector<field> fields);
+
+  /// numpy's sub-array dtype (base, shape), for a non-empty shape: the type of a field that
+  /// holds a sub-array of sub-arrays, as numpy spells it in a descr, `('a', ('<f4', (2,)),
+  /// (3,))` (numpy keeps the two shapes apart). Kind 'V', order not_applicable, itemsize the
+  /// base's times the shape's product, descr "('<f4', (2,))", str() "|V8". An array of this
+  /// type is no .npy that numpy loads: read_npy_header() refuses one. Throws
+  /// std::invalid_argument for an empty shape or a size that overflows.
+  static dtype subarray(dtype base, std::vector<std::uint64_t> shape);
 
   /// The dtype of a C++ element type: bool, fixed-width integers, float, double,
   /// std::complex<float>, std::complex<double>. Native byte order.
@@ -70,6 +80,12 @@ class dtype {
   /// Fields of a structured dtype in order, including anonymous padding ("" names); empty
   /// otherwise.
   const std::vector<field>& fields() const noexcept { return fields_; }
+  /// True for a sub-array dtype (made by subarray()).
+  bool is_subarray() const noexcept { return !base_.empty(); }
+  /// The element type of a sub-array dtype; the dtype itself otherwise.
+  const dtype& subarray_base() const noexcept { return base_.empty() ? *this : base_.front(); }
+  /// The shape of a sub-array dtype; empty otherwise.
+  const std::vector<std::uint64_t>& subarray_shape() const noexcept { return subarray_shape_; }
   /// The unit of a datetime64/timedelta64, such as "ns", "D" or "10ms"; empty otherwise.
   const std::string& datetime_unit() const noexcept { return unit_; }
   /// The descr exactly as a .npy header spells it: "'<f4'" (with quotes) or "[('a', '<i4')]".
@@ -100,6 +116,8 @@ class dtype {
   std::string unit_;
   std::string descr_;
   std::vector<field> fields_;
+  std::vector<dtype> base_;  // a sub-array's element type, or nothing
+  std::vector<std::uint64_t> subarray_shape_;
 };
 
 /// One field of a structured dtype.

@@ -43,9 +43,11 @@ constexpr std::size_t npy_magic_len = 6;
 /// Decodes the header of the .npy at [data, data + size): versions 1.0, 2.0 and 3.0, keys in
 /// any order, every numpy dtype including nested structured ones, spelled as numpy reads them
 /// (Python 3 literals: "0x10" and "1_000" are integers, "03" and b'' are refused; a Python 2
-/// "L" after an integer in 1.0 and 2.0 headers only; dtype::parse's type codes, except a descr
-/// [], a descr tuple and datetime units with a divisor, which numpy reads). Checks that the
-/// data fits in `size`. Throws mmnpz::error (errc::corrupt_npy) naming `path`, `member` and
+/// "L" after an integer in 1.0 and 2.0 headers only; dtype::parse's type codes; the empty
+/// record []; sub-array pairs (descr, shape) as fields' descrs, where an integer shape n is
+/// (n,) but 1 is no shape, and as the array's descr when the array holds no item; not
+/// datetime units with a divisor, nor a pair of more than two items, which numpy reads).
+/// Checks that the data fits in `size`. Throws mmnpz::error (errc::corrupt_npy) naming `path`, `member` and
 /// the absolute offset (`file_offset` is where `data` lies in the file).
 npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path = {},
                            std::string_view member = {}, std::uint64_t file_offset = 0);
@@ -80,7 +82,8 @@ std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>&
                             bool fortran_order);
 
 /// The dtype of a descr literal as a .npy header spells it ("'<f4'", "[('a', '<i4')]"),
-/// parsed by the same code as headers. Throws mmnpz::error (errc::corrupt_npy).
+/// parsed by the same code as headers. Throws mmnpz::error (errc::corrupt_npy), also for a
+/// sub-array pair ("('<f4', (2,))"), which is no array's dtype.
 dtype parse_descr(const std::string& literal);
 
 /// The number of bytes of an array of `shape` and `itemsize` into `nbytes`, or false when

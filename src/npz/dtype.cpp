@@ -150,8 +150,33 @@ dtype dtype::parse(std::string_view descr) {
   return t;
 }
 
+dtype dtype::subarray(dtype base, std::vector<std::uint64_t> shape) {
+  if (shape.empty()) throw std::invalid_argument("a sub-array dtype needs a shape");
+  std::uint64_t bytes = base.itemsize();
+  for (auto d : shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      throw std::invalid_argument("a sub-array's size overflows");
+    }
+  }
+  dtype t;
+  t.kind_ = 'V';
+  t.order_ = byte_order::not_applicable;
+  t.itemsize_ = bytes;
+  t.has_object_ = base.has_object();
+  t.descr_ = "(" + base.descr() + ", " + detail::shape_literal(shape) + ")";
+  t.base_.push_back(std::move(base));
+  t.subarray_shape_ = std::move(shape);
+  return t;
+}
+
 dtype dtype::structured(std::vector<field> fields) {
-  if (fields.empty()) throw std::invalid_argument("a structured dtype needs at least one field");
+  for (field& f : fields) {
+    if (f.shape.empty() && f.type.is_subarray()) {  // numpy's reading of ('a', (base, shape))
+      f.shape = f.type.subarray_shape();
+      dtype base = f.type.subarray_base();
+      f.type = std::move(base);
+    }
+  }
   dtype t;
   t.kind_ = 'V';
   t.order_ = byte_order::not_applicable;

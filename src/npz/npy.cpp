@@ -1,5 +1,6 @@
 #include "mmnpz/npy.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <stdexcept>
@@ -283,8 +284,18 @@ class header_interpreter {
         p_.fail_at(v.pos, e.what());
       }
     }
-    if (v.kind != py_value::list) p_.fail_at(v.pos, "descr must be a string or a list");
-    if (v.items.empty()) p_.fail_at(v.pos, "a structured descr needs at least one field");
+    if (v.kind == py_value::tuple) {  // (descr, shape): numpy's dtype((base, shape))
+      if (v.items.size() != 2) p_.fail_at(v.pos, "a sub-array descr must be a pair (descr, shape)");
+      dtype base = dtype_of(v.items[0], depth + 1);
+      std::vector<std::uint64_t> shape = subarray_shape_of(v.items[1], "a sub-array's shape");
+      if (shape.empty()) return base;
+      try {
+        return dtype::subarray(std::move(base), std::move(shape));
+      } catch (const std::invalid_argument& e) {
+        p_.fail_at(v.pos, e.what());
+      }
+    }
+    if (v.kind != py_value::list) p_.fail_at(v.pos, "descr must be a string, a list or a pair");
     std::vector<field> fields;
     std::set<std::string> seen;
     for (const auto& item : v.items) {
@@ -303,7 +314,7 @@ class header_interpreter {
         p_.fail_at(name.pos, "a field name must be a string or a (title, name) pair");
       }
       f.type = dtype_of(item.items[1], depth + 1);
-      if (item.items.size() == 3) f.shape = shape_of(item.items[2], "a field's shape");
+      if (item.items.size() == 3) f.shape = subarray_shape_of(item.items[2], "a field's shape");
       if (!f.name.empty() && !seen.insert(f.name).second) {
         p_.fail_at(name.pos, "duplicate field name '" + f.name + "'");
       }
@@ -319,7 +330,32 @@ class header_interpreter {
     }
   }
 
+  // The dtype of a whole array's descr. numpy loads a .npy of a sub-array descr only when it
+  // holds no item (its count of items and its shape disagree otherwise), as an empty array of
+  // the innermost element type; `shape` is null for a descr alone, whose sub-array is refused.
+  dtype array_dtype_of(const py_value& v, const std::vector<std::uint64_t>* shape) {
+    dtype t = dtype_of(v, 0);
+    if (!t.is_subarray()) return t;
+    if (shape && std::find(shape->begin(), shape->end(), 0) != shape->end()) {
+      while (t.is_subarray()) {
+        dtype base = t.subarray_base();
+        t = std::move(base);
+      }
+      return t;
+    }
+    p_.fail_at(v.pos, "the sub-array descr " + t.descr() +
+                          " is no array's descr (numpy cannot load it either)");
+  }
+
  private:
+  // A sub-array's shape (of a field, or of a (descr, shape) pair) as numpy.dtype((base,
+  // shape)) reads it: an integer n is (n,), but 1 is no shape at all (numpy 1.x: "(type, 1)"
+  // is a deprecated synonym of type, with a FutureWarning).
+  std::vector<std::uint64_t> subarray_shape_of(const py_value& v, const char* what) {
+    if (v.kind == py_value::integer && !v.negative && v.num == 1) return {};
+    return shape_of(v, what);
+  }
+
   std::uint64_t dimension(const py_value& d, const char* what) {
     if (d.kind != py_value::integer || d.negative) {
       p_.fail_at(d.pos, std::string(what) + " must hold non-negative integers");
@@ -439,7 +475,7 @@ void read_header_dict(std::string_view raw, bool latin1, const detail::context& 
   header_interpreter interp(parser);
   if (shape->kind != py_value::tuple) parser.fail_at(shape->pos, "shape must be a tuple");
   h.shape = interp.shape_of(*shape, "shape");
-  h.type = interp.dtype_of(*descr, 0);
+  h.type = interp.array_dtype_of(*descr, &h.shape);
 
   h.size = 1;
   for (auto d : h.shape) {
@@ -592,7 +628,7 @@ dtype parse_descr(const std::string& literal) {
   literal_parser parser(literal, ctx, 0);
   const py_value v = parser.parse_document();
   header_interpreter interp(parser);
-  return interp.dtype_of(v, 0);
+  return interp.array_dtype_of(v, nullptr);
 }
 
 std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,

@@ -119,6 +119,30 @@ TEST_SUITE("dtype") {
     CHECK_FALSE(t.holds<std::uint8_t>());
   }
 
+  TEST_CASE("makes numpy's sub-array pairs and its empty record") {
+    const dtype pair = dtype::subarray(dtype::parse("<i2"), {2, 3});
+    CHECK(pair.is_subarray());
+    CHECK(pair.kind() == 'V');
+    CHECK(pair.itemsize() == 12);
+    CHECK(pair.descr() == "('<i2', (2, 3))");
+    CHECK(pair.subarray_base() == dtype::parse("<i2"));
+    CHECK_FALSE(dtype::parse("<i2").is_subarray());
+    CHECK(dtype::parse("<i2").subarray_base() == dtype::parse("<i2"));
+    CHECK_THROWS_AS(dtype::subarray(dtype::parse("<i2"), {}), std::invalid_argument);
+    CHECK_THROWS_AS(dtype::subarray(dtype::parse("<f8"), {1ull << 62}), std::invalid_argument);
+    // A field of a pair and no shape of its own is the field of the pair's base and shape.
+    const dtype flat = dtype::structured({{"a", "", pair, {}, 0}});
+    CHECK(flat.descr() == "[('a', '<i2', (2, 3))]");
+    CHECK(flat.fields()[0].type == dtype::parse("<i2"));
+    const dtype nested = dtype::structured({{"a", "", pair, {4}, 0}});
+    CHECK(nested.descr() == "[('a', ('<i2', (2, 3)), (4,))]");
+    CHECK(nested.itemsize() == 48);
+    const dtype empty = dtype::structured({});
+    CHECK(empty.descr() == "[]");
+    CHECK(empty.itemsize() == 0);
+    CHECK_FALSE(empty.is_structured());
+  }
+
   TEST_CASE("refuses the records numpy refuses, before anything is written of them") {
     const dtype f8 = dtype::parse("<f8");
     const auto refusal = [](std::vector<mmnpz::field> fields) -> std::string {

@@ -108,6 +108,44 @@ TEST_SUITE("npy") {
                             "('c', [('x', '|u1'), ('', '|V3')]), ('', '|V4')]");
   }
 
+  TEST_CASE("reads sub-array pairs, integer field shapes and the empty record as numpy does") {
+    const auto type_of = [](const std::string& descr, const std::string& shape = "(1,)") {
+      return parse(npy("{'descr': " + descr + ", 'fortran_order': False, 'shape': " + shape +
+                       ", }"))
+          .type;
+    };
+    CHECK(type_of("[]").descr() == "[]");
+    CHECK(type_of("[]").itemsize() == 0);
+    CHECK(type_of("[]").str() == "|V0");
+    CHECK(type_of("('<f4', ())").descr() == "'<f4'");
+    CHECK(type_of("('<f4', 1)").descr() == "'<f4'");  // numpy 1.x: (type, 1) is type
+    CHECK(type_of("[('a', '<f4', 1)]").descr() == "[('a', '<f4')]");
+    CHECK(type_of("[('a', '<f4', 2)]").descr() == "[('a', '<f4', (2,))]");
+    // A pair as a field's descr: one shape is the field's, two stay apart as numpy keeps them.
+    CHECK(type_of("[('a', ('<f4', (2,)))]").descr() == "[('a', '<f4', (2,))]");
+    CHECK(type_of("[('a', ('<f4', (2,)), 1)]").descr() == "[('a', '<f4', (2,))]");
+    CHECK(type_of("[('a', ('<f4', ()), (3,))]").descr() == "[('a', '<f4', (3,))]");
+    const mmnpz::dtype nested = type_of("[('a', ('<f4', (2,)), (3,)), ('b', '<i2')]");
+    CHECK(nested.descr() == "[('a', ('<f4', (2,)), (3,)), ('b', '<i2')]");
+    CHECK(nested.itemsize() == 26);
+    CHECK(nested.fields()[1].offset == 24);
+    const mmnpz::dtype& pair = nested.fields()[0].type;
+    CHECK(pair.is_subarray());
+    CHECK(pair.subarray_base().descr() == "'<f4'");
+    CHECK(pair.subarray_shape() == std::vector<std::uint64_t>{2});
+    CHECK(pair.str() == "|V8");
+    // As the array's descr, a pair is read only for an array of no item, as numpy reads it.
+    CHECK(type_of("(('<f4', (2,)), (3,))", "(0, 4)").descr() == "'<f4'");
+    CHECK(error_of(npy("{'descr': ('<f4', (2,)), 'fortran_order': False, 'shape': (1,), }")) ==
+          "f.npz: member 'm.npy' at offset 1020: bad .npy header: the sub-array descr ('<f4', "
+          "(2,)) is no array's descr (numpy cannot load it either)");
+    CHECK(error_of(npy("{'descr': ('<f4', (2,), 3), 'fortran_order': False, 'shape': (1,), }"))
+              .find("a sub-array descr must be a pair (descr, shape)") != std::string::npos);
+    CHECK_THROWS_AS(mmnpz::parse_descr("('<f4', (2,))"), mmnpz::error);
+    CHECK(mmnpz::parse_descr("[('a', ('<f4', (2,)), (3,))]").descr() ==
+          "[('a', ('<f4', (2,)), (3,))]");
+  }
+
   TEST_CASE("writes headers numpy's way: padded to 64 bytes, version 2.0 or 3.0 when needed") {
     const std::string h = mmnpz::make_npy_header(mmnpz::dtype::parse("<f4"), {3, 4}, false);
     CHECK(h.size() % 64 == 0);

@@ -204,3 +204,32 @@ def test_zero_itemsize_arrays_keep_their_dtype_as_in_numpy(tmp_path, mode):
         want, got = np.load(path), mmnpz.load(path, mmap_mode=mode)
         for name in arrays:
             assert (got[name].dtype, got[name].shape) == (want[name].dtype, want[name].shape)
+
+
+def test_empty_records_and_sub_arrays_of_sub_arrays_round_trip_as_numpy_saves_them(tmp_path):
+    """numpy saves dtype([]) as the descr [] and keeps a field's two sub-array shapes apart,
+    ('a', ('<f4', (2,)), (3,)); mmnpz reads what np.savez wrote and writes what np.load reads,
+    both with numpy's dtype."""
+    nested = np.dtype([("a", (np.dtype(("<f4", (2,))), (3,))), ("b", "<i2")])
+    arrays = {"empty": np.zeros(3, np.dtype([])),
+              "nested": np.zeros(4, nested),
+              "empty_field": np.zeros(2, np.dtype([("a", [], (2,)), ("b", "u1")]))}
+    arrays["nested"]["a"] = np.arange(24).reshape(4, 3, 2)
+    arrays["nested"]["b"] = [5, 6, 7, 8]
+    arrays["empty_field"]["b"] = [9, 10]
+    by_numpy, by_mmnpz = tmp_path / "numpy.npz", tmp_path / "mmnpz.npz"
+    np.savez(by_numpy, **arrays)
+    mmnpz.savez(by_mmnpz, **arrays)
+    for path in (by_numpy, by_mmnpz):
+        with np.load(path) as want:
+            got = mmnpz.load(path)
+            for name, array in arrays.items():
+                for loaded in (want[name], got[name]):
+                    assert loaded.dtype == array.dtype and loaded.shape == array.shape, name
+                    assert loaded.dtype.descr == array.dtype.descr, name
+                    if array.dtype.names:
+                        for field in array.dtype.names:
+                            assert np.array_equal(loaded[field], array[field]), (name, field)
+    assert got["nested"]["a"].shape == (4, 3, 2)
+    with zipfile.ZipFile(by_mmnpz) as z:
+        assert z.testzip() is None
