@@ -39,7 +39,9 @@ class dtype {
   /// Parses a simple descr such as "<f4", "|b1", ">U7", "<M8[ns]", "|V16", "|O", as
   /// np.dtype() reads it on 64-bit Linux: also without a byte order ("f8": native), with '|'
   /// on a multi-byte type (native), as a type code alone ("<i" is "<i4", "e" is "<f2", "?"
-  /// is "|b1", "b" is "|i1") and "a5" for "S5". str() gives the canonical form.
+  /// is "|b1", "b" is "|i1") and "a5" for "S5", and a datetime unit with a divisor as numpy's
+  /// multiple of a smaller unit ("<M8[us/2]" is "<M8[500ns]"; refused where numpy's reading
+  /// is garbage: "[W/11]" is 0 years there). str() gives the canonical form.
   /// Throws std::invalid_argument with a sentence saying what is wrong.
   static dtype parse(std::string_view descr);
 

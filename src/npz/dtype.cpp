@@ -50,6 +50,53 @@ bool valid_datetime_unit(std::string_view u) {
   return false;
 }
 
+// A datetime unit with a divisor ("us/2", "10s/2") as numpy reads it: the multiplier times
+// the first smaller unit whose count in the base unit the divisor divides, tried in numpy's
+// order (datetime.c, convert_datetime_divisor_to_multiple): "500ns", "5000ms". Refused when
+// none divides, for a generic unit, and for a multiplier over 9 digits (numpy's int wraps).
+std::string divided_unit(std::string_view descr, std::string_view unit) {
+  const std::size_t slash = unit.find('/');
+  const std::string_view left = unit.substr(0, slash);
+  std::uint64_t den = 0;
+  if (!parse_uint(unit.substr(slash + 1), den) || den == 0) {
+    bad(descr, "a datetime unit's divisor must be a positive integer");
+  }
+  std::size_t digits = 0;
+  while (digits < left.size() && left[digits] >= '0' && left[digits] <= '9') ++digits;
+  const std::string_view base = left.substr(digits);
+  if (base.empty() || !valid_datetime_unit(left)) bad(descr, "unknown datetime unit");
+  if (den == 1) return std::string(left);
+  if (base == "generic") bad(descr, "a generic datetime unit takes no divisor");
+  std::uint64_t num = 1;
+  if (digits > 0) parse_uint(left.substr(0, digits), num);
+  struct smaller {
+    std::uint64_t count;  // of this unit in the base unit
+    std::string_view unit;
+  };
+  struct step {
+    std::string_view base;
+    smaller tries[3];
+  };
+  static constexpr step steps[] = {
+      {"Y", {{12, "M"}, {52, "W"}, {365, "D"}}},     {"M", {{4, "W"}, {30, "D"}, {720, "h"}}},
+      {"W", {{7, "D"}, {168, "h"}, {10080, "m"}}},   {"D", {{24, "h"}, {1440, "m"}, {86400, "s"}}},
+      {"h", {{60, "m"}, {3600, "s"}}},               {"m", {{60, "s"}, {60000, "ms"}}},
+      {"s", {{1000, "ms"}, {1000000, "us"}}},        {"ms", {{1000, "us"}, {1000000, "ns"}}},
+      {"us", {{1000, "ns"}, {1000000, "ps"}}},       {"ns", {{1000, "ps"}, {1000000, "fs"}}},
+      {"ps", {{1000, "fs"}, {1000000, "as"}}},       {"fs", {{1000, "as"}}},
+      {"as", {}}};
+  for (const step& s : steps) {
+    if (s.base != base) continue;
+    for (const smaller& to : s.tries) {
+      if (to.count == 0 || to.count % den != 0) continue;
+      const std::uint64_t multiple = num * (to.count / den);  // at most 9 digits times 86400
+      if (multiple > 999999999) bad(descr, "the datetime unit's multiplier is too large");
+      return (multiple == 1 ? std::string() : std::to_string(multiple)) + std::string(to.unit);
+    }
+  }
+  bad(descr, "the divisor " + std::to_string(den) + " divides no smaller datetime unit");
+}
+
 // numpy's one-character type codes, as np.dtype() reads them on 64-bit Linux (a C long is 8
 // bytes, a long double 16): the kind and size each stands for alone ("<i" is "<i4", "e" is
 // "f2", "b" is "i1" but "b1" a bool, "c" is "S1", "S" and "a" are "S0").
@@ -128,6 +175,7 @@ dtype dtype::parse(std::string_view descr) {
         if (!rest.empty()) {
           if (rest.front() != '[' || rest.back() != ']') bad(descr, "the unit goes in brackets");
           t.unit_ = std::string(rest.substr(1, rest.size() - 2));
+          if (t.unit_.find('/') != std::string::npos) t.unit_ = divided_unit(descr, t.unit_);
           if (!valid_datetime_unit(t.unit_)) bad(descr, "unknown datetime unit");
         }
         t.itemsize_ = 8;

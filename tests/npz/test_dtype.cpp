@@ -78,6 +78,37 @@ TEST_SUITE("dtype") {
     }
   }
 
+  TEST_CASE("reads a datetime unit with a divisor as numpy's multiple of a smaller unit") {
+    const std::pair<const char*, const char*> cases[] = {
+        {"<M8[us/2]", "<M8[500ns]"}, {"<m8[10s/2]", "<m8[5000ms]"}, {"<M8[Y/4]", "<M8[3M]"},
+        {"<M8[Y/5]", "<M8[73D]"},    {"<M8[7M/3]", "<M8[70D]"},     {"<M8[W/4]", "<M8[42h]"},
+        {"<M8[D/24]", "<M8[h]"},     {"<M8[m/60]", "<M8[s]"},       {"<M8[fs/2]", "<M8[500as]"},
+        {"<M8[ns/1000000]", "<M8[fs]"}, {"<M8[s/01]", "<M8[s]"},
+        {"<M8[0010us/4]", "<M8[2500ns]"}, {"<M8[generic/1]", "<M8[generic]"}};
+    for (const auto& c : cases) {
+      const char* descr = c.first;  // not a structured binding: clang cannot CAPTURE one
+      CAPTURE(descr);
+      CHECK(dtype::parse(descr).str() == c.second);
+    }
+    const std::pair<const char*, const char*> refused[] = {
+        {"<M8[s/3]", "the divisor 3 divides no smaller datetime unit"},
+        {"<M8[as/2]", "the divisor 2 divides no smaller datetime unit"},
+        {"<M8[W/11]", "the divisor 11 divides no smaller datetime unit"},  // numpy: 0Y
+        {"<M8[s/0]", "a datetime unit's divisor must be a positive integer"},  // numpy: SIGFPE
+        {"<M8[s/-2]", "a datetime unit's divisor must be a positive integer"},
+        {"<M8[/2]", "unknown datetime unit"},
+        {"<M8[us/2/2]", "a datetime unit's divisor must be a positive integer"},
+        {"<M8[generic/2]", "a generic datetime unit takes no divisor"},
+        {"<M8[999999999Y/2]", "the datetime unit's multiplier is too large"}};  // numpy wraps
+    for (const auto& c : refused) {
+      const char* descr = c.first;
+      CAPTURE(descr);
+      CHECK_THROWS_WITH_AS(dtype::parse(descr),
+                           ("invalid dtype '" + std::string(descr) + "': " + c.second).c_str(),
+                           std::invalid_argument);
+    }
+  }
+
   TEST_CASE("refuses malformed descrs with a sentence saying why") {
     CHECK_THROWS_WITH_AS(dtype::parse("<f3"),
                          "invalid dtype '<f3': floats have size 2, 4, 8, 12 or 16",

@@ -205,8 +205,9 @@ def test_recover_restores_every_member_written_wholly_before_a_random_cut(tmp_pa
 
 
 # .npy headers as other writers (or hands) may spell them. Left out, as mmnpz refuses them
-# where numpy reads them: datetime units with a divisor ('<M8[us/2]'), and a sub-array descr
-# of more than two items ('<f4', (2,), 3), whose third numpy ignores.
+# where numpy reads them: a sub-array descr of more than two items ('<f4', (2,), 3), whose
+# third numpy ignores, and datetime divisors whose numpy reading is garbage ('<M8[W/11]' is
+# 0 years, '<M8[999999999Y/2]' a wrapped int).
 _HEADER_DESCRS = [
     "'<f4'", "'>i2'", "'|u1'", "'<c16'", "'|b1'", "'|S3'", "'<U2'", "'|V4'", "'<M8[s]'",
     "'<m8[D]'", "[('a', '<i2'), ('b', '>f4')]", "[('a', '<i2', (2,))]", "[(('t', 'a'), '<i4')]",
@@ -217,7 +218,8 @@ _HEADER_DESCRS = [
     "[]", "[('a', [], (2,)), ('b', '|u1')]", "('<f4', ())", "('<f4', 1)", "('<f4', (2,))",
     "[('a', '<f4', 1)]", "[('a', '<f4', 2)]", "[('a', ('<f4', (2,)))]",
     "[('a', ('<f4', (2,)), (3,))]", "[('a', (('<i2', (2,)), (3,)), (2,)), ('b', '<i2')]",
-    "[('a', ('<f4', ()), (3,))]", "[('a', ('<f4', (2,)), 1)]", "[('', ('|V1', (2,)), (3,))]"]
+    "[('a', ('<f4', ()), (3,))]", "[('a', ('<f4', (2,)), 1)]", "[('', ('|V1', (2,)), (3,))]",
+    "'<M8[us/2]'", "'<m8[10s/2]'", "'<M8[Y/5]'", "'<M8[s/3]'", "'<M8[generic/2]'"]
 _HEADER_SHAPES = [
     "()", "(3,)", "(3)", "3", "(2, 3)", "(2,3,)", "(0,)", "(0, 5)", "(1_0,)", "(0x3,)", "(0o3,)",
     "(0b11,)", "(True,)", "(3.0,)", "(-1,)", "[3]", "(2**3,)", "( 3 , )", "(03,)", "(00,)",
