@@ -179,6 +179,16 @@ def seeds():
     v3 = npy_bytes(u)
     assert v3[6] == 3, v3[:8]
     add("npy_v3_header_utf8_field.npz", zip_with([("v3.npy", v3)]))
+    nested = np.zeros(2, np.dtype([("a", (np.dtype(("<f4", (2,))), (3,))), ("b", "<i2")]))
+    nested["b"] = [3, 4]
+    add("npy_subarray_pairs_empty_record_datetime_divisor.npz", zip_with([
+        ("nested.npy", npy_bytes(nested)),
+        ("empty_record.npy", npy_bytes(np.zeros(3, np.dtype([])))),
+        ("pair_of_no_item.npy", raw_npy("{'descr': ('<f4', (2,)), 'fortran_order': False, "
+                                        "'shape': (0,), }", b"")),
+        ("divisor.npy", raw_npy("{'descr': '<M8[us/2]', 'fortran_order': False, 'shape': (2,), }",
+                                np.array([1, 2], "<i8").tobytes())),
+    ]))
     add("npy_legacy_header_text.npz", zip_with([
         ("py2_long.npy", raw_npy("{'descr': '<i4', 'fortran_order': False, 'shape': (2L, 3L), }",
                                  A_I4.tobytes())),
