@@ -20,7 +20,9 @@ enum class inflate_status {
 /// Inflates the raw deflate stream at [compressed, compressed + csize) into
 /// [out, out + usize), where `usize` is the size the stream must inflate to. Bytes after the
 /// stream's end are ignored, as zlib ignores them. When the answer is not `ok`, what `out`
-/// holds is unspecified: zlib, run over the same bytes, can say exactly what is wrong.
+/// holds is unspecified: zlib, run over the same bytes, can say exactly what is wrong. `ok`
+/// does not mean zlib would accept the stream: libdeflate decodes some invalid ones (an
+/// incomplete Huffman code) into bytes that then fail the CRC-32, where zlib stops.
 /// Throws std::bad_alloc when no decompressor can be allocated. Safe to call from many
 /// threads at once.
 inflate_status inflate_whole(const void* compressed, std::size_t csize, void* out,

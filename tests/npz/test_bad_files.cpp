@@ -963,6 +963,33 @@ TEST_SUITE("bad files") {
     CHECK(mmnpz::reader(dead).size() == 0);
   }
 
+  TEST_CASE("a deflate stream libdeflate decodes but zlib refuses fails alike in every read") {
+    // Found by the fuzzer (tests/fuzz/corpus/regression_deflate_stream_libdeflate_decodes_and_
+    // zlib_refuses.npz): bytes() inflated it whole with libdeflate and said "CRC-32 is ...",
+    // read() and verify() with zlib "invalid literal/length code".
+    const std::string hex =
+        "504b030414000000080083182258afd7ae274b00000080020000050000007a2e6e70799bec17ea1b"
+        "10c9c850c650ad9e925a9c5ca46ea5a06e536aa4aea3a09e965f545294981c9f5f94920a12774bcc"
+        "294e058a17672416a402f91a46a6663a9a3a0ab50a64032e867130a20100504b0102140314000000"
+        "080083182258afd7ae274b00000080020000050000000000000000000000a401000000007a2e6e70"
+        "79504b05060000000001000100330000006e0000000000";
+    std::string bytes;
+    for (std::size_t k = 0; k < hex.size(); k += 2) {
+      bytes += static_cast<char>(std::stoi(hex.substr(k, 2), nullptr, 16));
+    }
+    const mmnpz::reader r = mmnpz::reader::from_bytes(bytes.data(), bytes.size(), "z.npz");
+    REQUIRE(r.size() == 1);
+    REQUIRE(r.member(0).is_deflated());
+    const std::string want =
+        "z.npz: member 'z.npy' at offset 35: deflate stream is corrupt: invalid literal/length "
+        "code";
+    CHECK_THROWS_WITH_AS(r.bytes(0), want.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.array(0), want.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.read(0, [](const std::byte*, std::size_t) {}), want.c_str(),
+                         mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.verify(0), want.c_str(), mmnpz::error);
+  }
+
   TEST_CASE("each bad fixture raises its exact error naming the path, the member and the offset") {
     const std::string dir = scratch_dir();
     for (const bad_fixture& f : bad_fixtures()) {
