@@ -11,6 +11,7 @@
 #include "detail/errors.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/writer.hpp"
+#include "npz/npy_plan.hpp"
 #include "zip/crc32.hpp"
 #include "zip/format.hpp"
 
@@ -102,19 +103,12 @@ void writer::write_deflated(std::string_view name, const void* data, const dtype
   const auto refuse = [&](const std::string& why) {
     throw errors::invalid_argument(path(), std::string(name) + ".npy", error::no_offset, why);
   };
-  if (type.has_object()) refuse("object arrays cannot be written (they need pickle)");
-  if (shape.size() > max_npy_ndim) refuse("too many dimensions");
-  std::uint64_t nbytes = 0;
-  if (!array_nbytes(shape, type.itemsize(), nbytes) || nbytes > SIZE_MAX) {
-    refuse("the array's size overflows");
-  }
+  const detail::npy_plan p = detail::plan_npy(type, shape, fortran_order);
+  if (!p.refusal.empty()) refuse(p.refusal);
+  if (p.nbytes > SIZE_MAX) refuse("the array's size overflows");  // compressed in memory
+  const std::uint64_t nbytes = p.nbytes;
   if (nbytes > 0 && data == nullptr) refuse("no data given for a non-empty array");
-  std::string header;
-  try {
-    header = make_npy_header(type, shape, fortran_order);
-  } catch (const error& e) {
-    refuse(e.detail());
-  }
+  const std::string& header = p.header;
   const deflated d =
       deflate_parts(path(), name, level,
                     {{reinterpret_cast<const unsigned char*>(header.data()), header.size()},

@@ -13,6 +13,7 @@
 #include "detail/errors.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/writer.hpp"
+#include "npz/npy_plan.hpp"
 #include "npz/writer_files.hpp"
 #include "zip/format.hpp"
 #include "zip/records.hpp"
@@ -259,19 +260,11 @@ shard_writer::~shard_writer() {
 std::uint64_t shard_writer::bound(std::string_view name, const dtype& type,
                                   const std::vector<std::uint64_t>& shape,
                                   bool fortran_order) const {
-  // An array whose size overflows counts as unbounded (write() refuses it).
-  std::uint64_t nbytes = std::numeric_limits<std::uint64_t>::max();
-  std::uint64_t header = 0;
-  if (!type.has_object() && shape.size() <= max_npy_ndim &&
-      array_nbytes(shape, type.itemsize(), nbytes)) {
-    try {
-      header = make_npy_header(type, shape, fortran_order).size();
-    } catch (const error&) {
-      header = std::numeric_limits<std::uint64_t>::max();  // write() refuses it
-    }
-  }
-  return saturating_add(saturating_add(nbytes, header),
-                        member_overhead(name.size() + 4, p_->opt.alignment));
+  // An array that write() refuses counts as unbounded.
+  const detail::npy_plan p = detail::plan_npy(type, shape, fortran_order);
+  const std::uint64_t bytes = p.refusal.empty() ? saturating_add(p.nbytes, p.header.size())
+                                                : std::numeric_limits<std::uint64_t>::max();
+  return saturating_add(bytes, member_overhead(name.size() + 4, p_->opt.alignment));
 }
 
 std::uint64_t shard_writer::bound_bytes(std::string_view name, std::uint64_t n) const {

@@ -26,6 +26,7 @@
 #include "detail/utf8.hpp"
 #include "mmnpz/npy.hpp"
 #include "npz/directory_reads.hpp"
+#include "npz/npy_plan.hpp"
 #include "npz/writer_files.hpp"
 #include "zip/crc32.hpp"
 #include "zip/directory.hpp"
@@ -127,17 +128,9 @@ struct writer::impl {
     check_open();
     if (active) refuse(name, "another member is still being written");
     std::string full = checked_name(name);
-    if (type.has_object()) refuse(full, "object arrays cannot be written (they need pickle)");
-    if (shape.size() > max_npy_ndim) refuse(full, "too many dimensions");
-    std::uint64_t nbytes = 0;
-    if (!array_nbytes(shape, type.itemsize(), nbytes)) refuse(full, "the array's size overflows");
-    std::string npy;
-    try {
-      npy = make_npy_header(type, shape, fortran_order);
-    } catch (const error& e) {
-      refuse(full, e.detail());
-    }
-    begin_member(std::move(full), std::move(npy), nbytes);
+    detail::npy_plan p = detail::plan_npy(type, shape, fortran_order);
+    if (!p.refusal.empty()) refuse(full, p.refusal);
+    begin_member(std::move(full), std::move(p.header), p.nbytes);
   }
 
   // Starts a member of `nbytes` data bytes after `npy` (a .npy header, or nothing), whose

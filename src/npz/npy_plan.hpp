@@ -1,0 +1,42 @@
+#pragma once
+
+// The checks every writer makes of an array before it writes a byte of it (writer::write and
+// begin, write_deflated, shard_writer::bound), and the .npy header they then write.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mmnpz/error.hpp"
+#include "mmnpz/npy.hpp"
+
+namespace mmnpz::detail {
+
+struct npy_plan {
+  std::string header;        // the .npy header, when refusal is empty
+  std::uint64_t nbytes = 0;  // the array data's size, when refusal is empty
+  std::string refusal;       // why the array cannot be written, or empty
+};
+
+// The header and data size of an array of `type` and `shape`, or why no writer writes it: an
+// object dtype, too many dimensions, a size that overflows, a header readers would refuse.
+inline npy_plan plan_npy(const dtype& type, const std::vector<std::uint64_t>& shape,
+                         bool fortran_order) {
+  npy_plan p;
+  if (type.has_object()) {
+    p.refusal = "object arrays cannot be written (they need pickle)";
+  } else if (shape.size() > max_npy_ndim) {
+    p.refusal = "too many dimensions";
+  } else if (!array_nbytes(shape, type.itemsize(), p.nbytes)) {
+    p.refusal = "the array's size overflows";
+  } else {
+    try {
+      p.header = make_npy_header(type, shape, fortran_order);
+    } catch (const error& e) {
+      p.refusal = e.detail();
+    }
+  }
+  return p;
+}
+
+}  // namespace mmnpz::detail
