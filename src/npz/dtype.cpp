@@ -61,8 +61,7 @@ std::string divided_unit(std::string_view descr, std::string_view unit) {
   if (!parse_uint(unit.substr(slash + 1), den) || den == 0) {
     bad(descr, "a datetime unit's divisor must be a positive integer");
   }
-  std::size_t digits = 0;
-  while (digits < left.size() && left[digits] >= '0' && left[digits] <= '9') ++digits;
+  const std::size_t digits = std::min(left.find_first_not_of("0123456789"), left.size());
   const std::string_view base = left.substr(digits);
   if (base.empty() || !valid_datetime_unit(left)) bad(descr, "unknown datetime unit");
   if (den == 1) return std::string(left);
