@@ -155,6 +155,19 @@ def test_a_header_longer_than_readers_accept_is_refused_before_a_byte_is_written
     with np.load(path, max_header_size=1 << 25) as npz:
         assert npz["fits"].tobytes() == fits.tobytes()
 
+    # The shard writer refuses it too, with or without a size bound, and goes on.
+    for max_bytes in (None, 1 << 30):
+        stem = tmp_path / f"shards{max_bytes or ''}" / "s.npz"
+        stem.parent.mkdir()
+        with mmnpz.ShardWriter(stem, max_bytes=max_bytes) as shards:
+            with pytest.raises(ValueError, match=r"member 'wide\.npy': the \.npy header would be "
+                               r"16777524 bytes"):
+                shards.write("wide", too_wide)
+            shards.write("after", np.arange(3))
+        (shard,) = stem.parent.glob("s-*.npz")
+        with np.load(shard) as npz:
+            assert npz.files == ["after"]
+
 
 @pytest.mark.parametrize("name", ["", "/abs", "../up", "a/../b", "a\\b", "a\x00b", "a"])
 def test_invalid_names_are_refused_before_a_byte_is_written(tmp_path, name):
