@@ -45,8 +45,9 @@ constexpr std::size_t npy_magic_len = 6;
 /// (Python 3 literals: "0x10" and "1_000" are integers, "03" and b'' are refused; a Python 2
 /// "L" after an integer in 1.0 and 2.0 headers only; dtype::parse's type codes; the empty
 /// record []; sub-array pairs (descr, shape) as fields' descrs, where an integer shape n is
-/// (n,) but 1 is no shape, and as the array's descr when the array holds no item; not a pair
-/// of more than two items, whose third numpy ignores). Checks that the data fits in `size`.
+/// (n,) but 1 is no shape, and as the array's descr when the array holds no item; any items
+/// after a pair's shape are ignored, as numpy ignores them). Checks that the data fits in
+/// `size`.
 /// Throws mmnpz::error (errc::corrupt_npy) naming `path`, `member` and the absolute offset
 /// (`file_offset` is where `data` lies in the file).
 npy_header read_npy_header(const void* data, std::uint64_t size, const std::string& path = {},

@@ -284,8 +284,10 @@ class header_interpreter {
         p_.fail_at(v.pos, e.what());
       }
     }
-    if (v.kind == py_value::tuple) {  // (descr, shape): numpy's dtype((base, shape))
-      if (v.items.size() != 2) p_.fail_at(v.pos, "a sub-array descr must be a pair (descr, shape)");
+    // (descr, shape): numpy's dtype((base, shape)); numpy's descr_to_dtype ignores any item
+    // after the shape, and so does this.
+    if (v.kind == py_value::tuple) {
+      if (v.items.size() < 2) p_.fail_at(v.pos, "a sub-array descr must be a pair (descr, shape)");
       dtype base = dtype_of(v.items[0], depth + 1);
       std::vector<std::uint64_t> shape = subarray_shape_of(v.items[1], "a sub-array's shape");
       if (shape.empty()) return base;

@@ -139,8 +139,16 @@ TEST_SUITE("npy") {
     CHECK(error_of(npy("{'descr': ('<f4', (2,)), 'fortran_order': False, 'shape': (1,), }")) ==
           "f.npz: member 'm.npy' at offset 1020: bad .npy header: the sub-array descr ('<f4', "
           "(2,)) is no array's descr (numpy cannot load it either)");
-    CHECK(error_of(npy("{'descr': ('<f4', (2,), 3), 'fortran_order': False, 'shape': (1,), }"))
-              .find("a sub-array descr must be a pair (descr, shape)") != std::string::npos);
+    // numpy's descr_to_dtype ignores what follows a pair's shape; a pair needs its shape.
+    CHECK(type_of("('<f4', (), 3)").descr() == "'<f4'");
+    CHECK(type_of("[('a', ('<i2', (2,), 'x', None))]").descr() == "[('a', '<i2', (2,))]");
+    CHECK(type_of("(('<f4', (2,), 3), (3,), [])", "(0,)").descr() == "'<f4'");
+    CHECK(error_of(npy("{'descr': ('<f4',), 'fortran_order': False, 'shape': (1,), }")) ==
+          "f.npz: member 'm.npy' at offset 1020: bad .npy header: a sub-array descr must be a "
+          "pair (descr, shape)");
+    CHECK(error_of(npy("{'descr': [('a', '<f4', (2,), 3)], 'fortran_order': False, "
+                       "'shape': (1,), }"))
+              .find("a field must be a tuple (name, descr[, shape])") != std::string::npos);
     CHECK_THROWS_AS(mmnpz::parse_descr("('<f4', (2,))"), mmnpz::error);
     CHECK(mmnpz::parse_descr("[('a', ('<f4', (2,)), (3,))]").descr() ==
           "[('a', ('<f4', (2,)), (3,))]");

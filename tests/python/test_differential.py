@@ -205,8 +205,7 @@ def test_recover_restores_every_member_written_wholly_before_a_random_cut(tmp_pa
 
 
 # .npy headers as other writers (or hands) may spell them. Left out, as mmnpz refuses them
-# where numpy reads them: a sub-array descr of more than two items ('<f4', (2,), 3), whose
-# third numpy ignores, and datetime divisors whose numpy reading is garbage ('<M8[W/11]' is
+# where numpy reads them: datetime divisors whose numpy reading is garbage ('<M8[W/11]' is
 # 0 years, '<M8[999999999Y/2]' a wrapped int).
 _HEADER_DESCRS = [
     "'<f4'", "'>i2'", "'|u1'", "'<c16'", "'|b1'", "'|S3'", "'<U2'", "'|V4'", "'<M8[s]'",
@@ -219,7 +218,9 @@ _HEADER_DESCRS = [
     "[('a', '<f4', 1)]", "[('a', '<f4', 2)]", "[('a', ('<f4', (2,)))]",
     "[('a', ('<f4', (2,)), (3,))]", "[('a', (('<i2', (2,)), (3,)), (2,)), ('b', '<i2')]",
     "[('a', ('<f4', ()), (3,))]", "[('a', ('<f4', (2,)), 1)]", "[('', ('|V1', (2,)), (3,))]",
-    "'<M8[us/2]'", "'<m8[10s/2]'", "'<M8[Y/5]'", "'<M8[s/3]'", "'<M8[generic/2]'"]
+    "'<M8[us/2]'", "'<m8[10s/2]'", "'<M8[Y/5]'", "'<M8[s/3]'", "'<M8[generic/2]'",
+    "('<f4', (), 3)", "('<f4', (2,), 'x', None)", "('<f4',)", "[('a', ('<i2', (2,), 1))]",
+    "[('a', '<f4', (2,), 3)]"]
 _HEADER_SHAPES = [
     "()", "(3,)", "(3)", "3", "(2, 3)", "(2,3,)", "(0,)", "(0, 5)", "(1_0,)", "(0x3,)", "(0o3,)",
     "(0b11,)", "(True,)", "(3.0,)", "(-1,)", "[3]", "(2**3,)", "( 3 , )", "(03,)", "(00,)",
