@@ -1,6 +1,6 @@
 import os
-from typing import (IO, Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple,
-                    Union, overload)
+from typing import (IO, Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple, Union, overload)
 
 import numpy as np
 import numpy.typing as npt
@@ -196,6 +196,6 @@ class Loader:
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def state_dict(self) -> Dict[str, Any]: ...
-    def load_state_dict(self, state: Dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 from .shards import ShardWriter as ShardWriter

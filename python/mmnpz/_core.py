@@ -1,7 +1,9 @@
 """What the package's modules share, importing nothing else of mmnpz: the compiled core, numpy
 dtypes of .npy descrs, path arguments, frame rates and a distributed run's rank."""
 
+import collections.abc
 import fractions
+import operator
 import os
 import sys
 
@@ -42,3 +44,32 @@ def rank_and_world(rank, world_size):
         auto_rank, auto_world = dist.get_rank(), dist.get_world_size()
     return (auto_rank if rank is None else rank,
             auto_world if world_size is None else world_size)
+
+
+#: The options a loader's state_dict() holds beside its place, which must agree on resume.
+RESUME_KEYS = ("seed", "kind", "batch_size", "rank", "world_size")
+
+
+def saved_place(state, mine):
+    """(epoch, position) of a loader's saved ``state`` (a mapping made by state_dict()), after
+    checking that its RESUME_KEYS agree with ``mine`` (this loader's state_dict()): TypeError
+    for what is no such mapping or holds no integers, ValueError for a key missing, an option
+    that differs or a negative epoch or position. The caller checks the position's range."""
+    if not isinstance(state, collections.abc.Mapping):
+        raise TypeError(f"state must be a dict made by state_dict(), not {type(state).__name__}")
+    for key in RESUME_KEYS:
+        if state.get(key, mine[key]) != mine[key]:
+            raise ValueError(f"the saved state has {key}={state[key]!r}, this loader "
+                             f"{mine[key]!r}")
+    place = []
+    for key in ("epoch", "position"):
+        if key not in state:
+            raise ValueError(f"the saved state has no {key!r}")
+        try:
+            place.append(operator.index(state[key]))
+        except TypeError:
+            raise TypeError(f"the saved state's {key} must be an integer, not "
+                            f"{type(state[key]).__name__}") from None
+        if place[-1] < 0:
+            raise ValueError(f"the saved state's {key} must not be negative, not {place[-1]}")
+    return tuple(place)

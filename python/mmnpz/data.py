@@ -678,10 +678,13 @@ class Sampler:
     def sample(self, epoch, position=0, count=None):
         """(indices, starts) int64 arrays: this rank's samples [position, position + count) of
         ``epoch`` (count: to the end of the epoch)."""
-        if count is None:
-            count = len(self) - position
+        epoch, position = operator.index(epoch), operator.index(position)
+        count = max(0, len(self) - position) if count is None else operator.index(count)
+        for what, value in (("epoch", epoch), ("position", position), ("count", count)):
+            if value < 0:
+                raise ValueError(f"Sampler.sample: {what} must not be negative, not {value}")
         try:
-            return self._s.sample(int(epoch), int(position), int(count))
+            return self._s.sample(epoch, position, count)
         except _USER_ERRORS as e:
             raise _in_user_words(e, "Sampler.sample") from None
 
@@ -925,14 +928,19 @@ class Loader:
     def load_state_dict(self, state):
         """Resumes where ``state`` (from :meth:`state_dict`) says: the next batch begins at its
         epoch and position. ValueError when its seed, kind, batch_size, rank or world_size
-        differ from this loader's."""
-        for key in ("seed", "kind", "batch_size", "rank", "world_size"):
-            mine = self.state_dict()[key]
-            if state.get(key, mine) != mine:
-                raise ValueError(f"Loader.load_state_dict: the saved state has {key}="
-                                 f"{state[key]!r}, this loader "
-                                 f"{mine!r}")
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        differ from this loader's, or its epoch and position are no place in an epoch of this
+        loader (a position from 0 to the rank's epoch size); TypeError when it is no dict of
+        integers. The loader is unchanged when the state is refused."""
+        try:
+            epoch, position = _core.saved_place(state, self.state_dict())
+            if position > len(self.sampler):
+                raise ValueError(f"the saved state's position {position} is past the end of an "
+                                 f"epoch of {len(self.sampler)} samples for rank "
+                                 f"{self.sampler.rank}")
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"Loader.load_state_dict: {e}") from None
+        self.epoch, self.position = epoch, position
+        self._next_epoch_when_done()
 
     def _schedule(self):
         """(epoch, position, count) of every batch of a pass from the current state on."""
@@ -968,6 +976,10 @@ class Loader:
 
     def _advance(self, batch):
         self.epoch, self.position = batch.epoch, batch.position + len(batch.indices)
+        self._next_epoch_when_done()
+
+    def _next_epoch_when_done(self):
+        """Moves the place to the next epoch's start when no batch of this epoch is left."""
         if self.position >= len(self.sampler) or (
                 self.drop_last and len(self.sampler) - self.position < self.batch_size):
             self.epoch, self.position = self.epoch + 1, 0

@@ -579,15 +579,9 @@ class ExcerptLoader(torch.utils.data.DataLoader):
 
     def load_state_dict(self, state):
         """Makes the next pass begin where ``state`` (from state_dict) says."""
-        mine = self.state_dict()
-        for key in ("seed", "kind", "batch_size", "rank", "world_size"):
-            if state.get(key, mine[key]) != mine[key]:
-                raise ValueError(f"the saved state has {key}={state[key]!r}, this loader "
-                                 f"{mine[key]!r}")
+        epoch, position = _core.saved_place(state, self.state_dict())
         batches = self.dataset
-        epoch, position = operator.index(state["epoch"]), operator.index(state["position"])
-        if epoch < 0 or position < 0 or position % batches.batch_size or (
-                position // batches.batch_size > len(batches)):
+        if position % batches.batch_size or position // batches.batch_size > len(batches):
             raise ValueError(f"the saved state's epoch {epoch} and position {position} are "
                              f"not the start of a batch of {batches.batch_size} in an epoch "
                              f"of {len(batches)} batches")

@@ -225,6 +225,10 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
                                                "no full batch of 50",
         lambda: mmnpz.Loader(ds, sampler, 2, pad="fill").load_state_dict({"seed": 1}):
             "Loader.load_state_dict: the saved state has seed=1, this loader 0",
+        lambda: sampler.sample(-1): "Sampler.sample: epoch must not be negative, not -1",
+        lambda: sampler.sample(0, -2): "Sampler.sample: position must not be negative, not -2",
+        lambda: sampler.sample(0, 0, -3): "Sampler.sample: count must not be negative, not -3",
+        lambda: sampler.sample(1.5): "'float' object cannot be interpreted as an integer",
         lambda: mmnpz.Dataset(spec, order="zip"): "Dataset: order must be one of "
                                                   "'concatenate', 'interleave', not 'zip'",
         lambda: mmnpz.Dataset([]): "Dataset: no archives given",
@@ -245,6 +249,47 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
         got = error_of(call)
         assert got == want
         assert "<" not in got.split(":")[0] and "weighted_excerpts" not in got
+
+
+def test_a_saved_state_that_is_no_place_in_an_epoch_is_refused_and_leaves_the_loader_as_it_was(
+        shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    loader = mmnpz.Loader(ds, mmnpz.Sampler(ds, length=2, pad="fill", seed=3), 4, pad="fill")
+    first = next(iter(loader))
+    state = loader.state_dict()
+    assert (state["epoch"], state["position"]) == (0, 4)
+    cases = {
+        None: (TypeError, "state must be a dict made by state_dict(), not NoneType"),
+        (0, 4): (TypeError, "state must be a dict made by state_dict(), not tuple"),
+        "epoch": (TypeError, "state must be a dict made by state_dict(), not str"),
+        "no position": (ValueError, "the saved state has no 'position'"),
+        "epoch -1": (ValueError, "the saved state's epoch must not be negative, not -1"),
+        "position -4": (ValueError, "the saved state's position must not be negative, not -4"),
+        "position 22": (ValueError, "the saved state's position 22 is past the end of an "
+                                    "epoch of 21 samples for rank 0"),
+        "epoch '1'": (TypeError, "the saved state's epoch must be an integer, not str"),
+        "position 4.0": (TypeError, "the saved state's position must be an integer, not float"),
+    }
+    bad = {"no position": {"epoch": 1}, "epoch -1": dict(state, epoch=-1),
+           "position -4": dict(state, position=-4), "position 22": dict(state, position=22),
+           "epoch '1'": dict(state, epoch="1"), "position 4.0": dict(state, position=4.0)}
+    for given, (kind, want) in cases.items():
+        with pytest.raises(kind) as e:
+            loader.load_state_dict(bad.get(given, given) if isinstance(given, str) else given)
+        assert str(e.value) == f"Loader.load_state_dict: {want}", given
+        assert loader.state_dict() == state, given
+    # The end of an epoch is a place, and so is a place with no full batch left (drop_last):
+    # the next batch is the next epoch's first, and the state says so.
+    for end in (21, 18):
+        loader.load_state_dict(dict(state, position=end))
+        assert (loader.state_dict()["epoch"], loader.state_dict()["position"]) == (1, 0)
+        second = next(iter(loader))
+        assert (second.epoch, second.position) == (1, 0)
+    loader.load_state_dict(dict(state, position=17))
+    assert next(iter(loader)).position == 17
+    loader.load_state_dict(dict(state, epoch=0, position=0))
+    assert np.array_equal(next(iter(loader)).indices, first.indices)
 
 
 def test_a_gather_error_in_a_loader_names_the_archive_and_member(tmp_path):

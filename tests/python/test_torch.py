@@ -388,6 +388,14 @@ def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, 
     with pytest.raises(ValueError, match="the saved state's epoch 1 and position 13 are not "
                                          "the start of a batch of 3 in an epoch of 6 batches"):
         resumed.load_state_dict(dict(state, position=13))
+    with pytest.raises(TypeError, match=r"^state must be a dict made by state_dict\(\), not "
+                                        r"NoneType$"):
+        resumed.load_state_dict(None)
+    with pytest.raises(ValueError, match="^the saved state's epoch must not be negative, not "
+                                         "-1$"):
+        resumed.load_state_dict(dict(state, epoch=-1))
+    with pytest.raises(ValueError, match="^the saved state has no 'position'$"):
+        resumed.load_state_dict({"epoch": 1})
 
 
 def _worker_1_starts_late(worker):
