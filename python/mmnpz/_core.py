@@ -23,6 +23,20 @@ def path(file):
     return os.fsdecode(os.fspath(file))
 
 
+def member_name(name):
+    """A member name argument, checked: TypeError for anything but str, ValueError for a str
+    that UTF-8 cannot encode (a lone surrogate, as os.fsdecode makes of a name's bytes that
+    are not UTF-8), since member names are stored in UTF-8."""
+    if not isinstance(name, str):
+        raise TypeError(f"member names must be str, not {type(name).__name__}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"member name {name!r} is no text UTF-8 can store: it holds the lone "
+                         f"surrogate {name[e.start]!r} at {e.start}") from None
+    return name
+
+
 def rate(value):
     """A field's frame rate as a positive Fraction (denominators up to 2**20)."""
     if value == 1:

@@ -797,8 +797,7 @@ class NpzWriter:
 
     @staticmethod
     def _descr(name, array):
-        if not isinstance(name, str):
-            raise TypeError(f"member names must be str, not {type(name).__name__}")
+        _core.member_name(name)
         if array.dtype.hasobject:
             raise ValueError(f"{name!r}: object arrays cannot be written (they need pickle)")
         return repr(np.lib.format.dtype_to_descr(array.dtype))
@@ -837,8 +836,7 @@ class NpzWriter:
         """Writes ``data`` (``bytes``, ``bytearray``, ``memoryview``, any contiguous buffer) as
         a member of exactly ``name`` (``"meta.json"``), not a .npy; ``load()`` gives it back
         as ``bytes``."""
-        if not isinstance(name, str):
-            raise TypeError(f"member names must be str, not {type(name).__name__}")
+        _core.member_name(name)
         data = memoryview(data).cast("B") if not isinstance(data, bytes) else data
         level = -1 if self._level is None else self._level
         with self._lock:

@@ -5,6 +5,7 @@ import operator
 import numpy as np
 
 from . import _mmnpz
+from ._core import member_name as _member_name
 from ._core import path as _path
 from ._npz import _raw_bytes
 
@@ -105,8 +106,7 @@ class ShardWriter:
 
     @staticmethod
     def _check_name(name):
-        if not isinstance(name, str):
-            raise TypeError(f"member names must be str, not {type(name).__name__}")
+        _member_name(name)
 
     def write(self, name, array):
         """Writes ``array`` (anything ``numpy.asarray`` takes) as member ``name + '.npy'`` of

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "fs_path.hpp"
 #include "npz/writer_files.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "str_list.hpp"
@@ -51,16 +52,15 @@ py::object& format_error_type() {
   return *type;
 }
 
-// Text of an error as a str whatever its bytes: a path as os.fsdecode gives it (undecodable
-// bytes as surrogates), a message with any byte that is not UTF-8 escaped. A UnicodeDecodeError
-// here would replace the error being raised.
+// Text of an error as a str whatever its bytes: any byte that is not UTF-8 escaped (a path in
+// it as "caf\xe9.npz"; the error's path attribute is mmnpz_python::path_str's). A
+// UnicodeDecodeError here would replace the error being raised.
 py::str text_of(const std::string& bytes, const char* errors) {
   PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), errors);
   if (!s) throw py::error_already_set();
   return py::reinterpret_steal<py::str>(s);
 }
 py::str message_of(const mmnpz::error& e) { return text_of(e.what(), "backslashreplace"); }
-py::str path_of(const std::string& path) { return text_of(path, "surrogateescape"); }
 
 // mmnpz::error -> OSError (with errno), KeyError, TypeError, ValueError or FormatError.
 void raise(const mmnpz::error& e) {
@@ -68,7 +68,7 @@ void raise(const mmnpz::error& e) {
   switch (e.code()) {
     case errc::io: {
       py::object err = py::reinterpret_borrow<py::object>(PyExc_OSError)(
-          e.sys_errno(), std::strerror(e.sys_errno()), path_of(e.path()));
+          e.sys_errno(), std::strerror(e.sys_errno()), mmnpz_python::path_str(e.path()));
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
       return;
     }
@@ -86,7 +86,7 @@ void raise(const mmnpz::error& e) {
       return;
     default: {
       py::object err = format_error_type()(message_of(e));
-      err.attr("path") = path_of(e.path());
+      err.attr("path") = mmnpz_python::path_str(e.path());
       err.attr("member") = text_of(e.member(), "backslashreplace");
       err.attr("offset") = e.offset() == mmnpz::error::no_offset ? py::object(py::none())
                                                                  : py::object(py::int_(e.offset()));
@@ -409,7 +409,7 @@ void bind_reader(py::module_& m) {
         R"(The numpy dtype of a .npy descr literal, made once per process.)");
 
   py::class_<py_reader>(m, "Reader", R"(A memory-mapped .npz archive (see mmnpz::reader).)")
-      .def(py::init([](const std::string& path, bool recover) {
+      .def(py::init([](const mmnpz_python::fs_path& path, bool recover) {
              std::optional<mmnpz::reader> opened;
              {
                py::gil_scoped_release nogil;  // parsing the directory
@@ -450,7 +450,8 @@ opens what mmnpz::recover() would make of it, in memory.)")
           py::arg("fd"), py::arg("display_name"),
           R"(Opens the regular file open as fd (through a duplicate: fd is not kept); display_name
 appears in errors.)")
-      .def_property_readonly("path", [](const py_reader& p) { return p.r.path(); })
+      .def_property_readonly(
+          "path", [](const py_reader& p) { return mmnpz_python::path_str(p.r.path()); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })
       .def(
           "names",
@@ -578,8 +579,9 @@ void bind_writer(py::module_& m) {
       .def("commit", &py_stream::commit);
 
   py::class_<mmnpz::writer>(m, "Writer", R"(Writes an aligned .npz archive (see mmnpz::writer).)")
-      .def(py::init([](const std::string& path, const std::string& mode, std::size_t align,
-                       bool allow_duplicates, bool durable, std::optional<py::bytes> comment) {
+      .def(py::init([](const mmnpz_python::fs_path& path, const std::string& mode,
+                       std::size_t align, bool allow_duplicates, bool durable,
+                       std::optional<py::bytes> comment) {
              mmnpz::writer_options o;
              o.mode = mode_of(mode);
              o.alignment = align;
@@ -677,7 +679,7 @@ void bind_tools(py::module_& m) {
 
   m.def(
       "recover",
-      [](const std::string& path) {
+      [](const mmnpz_python::fs_path& path) {
         mmnpz::recover_result r;
         {
           py::gil_scoped_release nogil;
@@ -704,7 +706,9 @@ void bind_tools(py::module_& m) {
       "update_member_crcs",
       [](py::buffer archive, const std::vector<std::size_t>& indices, const std::string& name) {
         py::buffer_info b = archive.request(/*writable=*/true);
-        if (b.ndim != 1 || b.itemsize != 1) throw py::value_error("expected a writable byte buffer");
+        if (b.ndim != 1 || b.itemsize != 1) {
+          throw py::value_error("expected a writable byte buffer");
+        }
         py::gil_scoped_release nogil;
         return mmnpz::update_member_crcs(static_cast<std::byte*>(b.ptr),
                                          static_cast<std::uint64_t>(b.size), indices, name);
@@ -713,11 +717,11 @@ void bind_tools(py::module_& m) {
       R"(Writes stored members' new CRC-32s into their local headers and directory entries.)");
   m.def(
       "lock_for_writing",
-      [](int fd, const std::string& path) {
+      [](int fd, const mmnpz_python::fs_path& path) {
         mmnpz::detail::lock_for_writing(fd, path);
         if (!mmnpz::detail::names_file(path, fd)) {
           throw mmnpz::errors::invalid_argument(
-              path, "the archive was replaced while it was being opened; open it again");
+              path.bytes, "the archive was replaced while it was being opened; open it again");
         }
       },
       py::arg("fd"), py::arg("path"),
@@ -725,7 +729,8 @@ void bind_tools(py::module_& m) {
 closed): writers and recover of it are then refused, and so is this when one holds it.)");
   // mmnpz::shard_writer (python/mmnpz/shards.py wraps it as mmnpz.ShardWriter).
   py::class_<mmnpz::shard_writer>(m, "ShardWriter", R"(Writes sharded aligned .npz archives.)")
-      .def(py::init([](const std::string& path, std::optional<std::uint64_t> max_bytes,
+      .def(py::init([](const mmnpz_python::fs_path& path,
+                       std::optional<std::uint64_t> max_bytes,
                        std::optional<std::uint64_t> max_items, std::size_t align,
                        bool allow_duplicates) {
              mmnpz::shard_writer_options o{max_bytes, max_items, align, allow_duplicates};
@@ -759,11 +764,14 @@ closed): writers and recover of it are then refused, and so is this when one hol
            py::arg("bytes"))
       .def("close", &mmnpz::shard_writer::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("closed", &mmnpz::shard_writer::closed)
-      .def_property_readonly("paths", &mmnpz::shard_writer::paths)
-      .def_property_readonly("spec", &mmnpz::shard_writer::spec)
+      .def_property_readonly(
+          "paths", [](const mmnpz::shard_writer& w) { return mmnpz_python::path_list(w.paths()); })
+      .def_property_readonly(
+          "spec", [](const mmnpz::shard_writer& w) { return mmnpz_python::path_str(w.spec()); })
       .def_property_readonly("shards", &mmnpz::shard_writer::shards)
       .def_property_readonly("items_written", &mmnpz::shard_writer::items_written)
-      .def_property_readonly("path", &mmnpz::shard_writer::path);
+      .def_property_readonly(
+          "path", [](const mmnpz::shard_writer& w) { return mmnpz_python::path_str(w.path()); });
 }
 
 }  // namespace

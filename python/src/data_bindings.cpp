@@ -20,6 +20,7 @@
 #include "blake2b.hpp"
 #include "data/dataset_state.hpp"
 #include "detail/utf8.hpp"
+#include "fs_path.hpp"
 #include "mmnpz/mmnpz.hpp"
 #include "str_list.hpp"
 
@@ -109,7 +110,14 @@ std::string text(const char* name, const py::handle& v) {
     throw py::type_error(std::string(name) + " must be a str, not " +
                          std::string(py::str(py::type::handle_of(v).attr("__name__"))));
   }
-  return v.cast<std::string>();
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(v.ptr(), &size);
+  if (!utf8) {  // a lone surrogate
+    PyErr_Clear();
+    throw py::value_error(std::string(name) + " must be text that UTF-8 can encode, not " +
+                          std::string(py::repr(v)));
+  }
+  return std::string(utf8, static_cast<std::size_t>(size));
 }
 
 template <>
@@ -363,13 +371,16 @@ their items' headers are read (None: no longer).)");
 
   py::class_<mmnpz::dataset>(m, "Dataset",
                              R"(Archives opened as one item sequence (see mmnpz::dataset).)")
-      .def(py::init([](const std::vector<std::string>& specs, const mmnpz::dataset_options& o) {
+      .def(py::init([](const std::vector<mmnpz_python::fs_path>& specs,
+                       const mmnpz::dataset_options& o) {
+             const std::vector<std::string> spec_bytes(specs.begin(), specs.end());
              py::gil_scoped_release nogil;
-             return mmnpz::dataset(specs, o);
+             return mmnpz::dataset(spec_bytes, o);
            }),
            py::arg("specs"), py::arg("options"))
       .def("__len__", &mmnpz::dataset::size)
-      .def_property_readonly("paths", &mmnpz::dataset::paths)
+      .def_property_readonly(
+          "paths", [](const mmnpz::dataset& d) { return mmnpz_python::path_list(d.paths()); })
       .def("lengths", [](const mmnpz::dataset& d) { return to_numpy(d.lengths()); })
       .def("layout_ids",
            [](const mmnpz::dataset& d) {
@@ -398,7 +409,8 @@ their items' headers are read (None: no longer).)");
            })
       .def("locate", [](const mmnpz::dataset& d, std::size_t i) {
         const mmnpz::reader& r = d.shard(d.shard_of(i));
-        return py::make_tuple(r.path(), std::string(r.member(d.member_of(i)).name));
+        return py::make_tuple(mmnpz_python::path_str(r.path()),
+                              std::string(r.member(d.member_of(i)).name));
       });
 }
 

@@ -6,6 +6,7 @@ with numpy itself (and zipfile, unzip)."""
 import importlib
 import io
 import os
+import pathlib
 import pickle
 import re
 import shutil
@@ -115,6 +116,76 @@ def test_bytes_bytearray_and_memoryview_are_archives(npz, arrays):
 
 def test_bytes_that_are_a_path_stay_a_path(npz):
     assert mmnpz.load(os.fsencode(npz)).files == np.load(os.fsencode(npz)).files
+
+
+def test_paths_whose_bytes_are_not_utf8_are_read_and_written_as_numpy_does(tmp_path, arrays):
+    # Linux names files by bytes; Python holds b"caf\xe9" as the str "caf\udce9".
+    folder = os.fsencode(tmp_path) + b"/caf\xe9"
+    os.mkdir(folder)
+    named = os.fsdecode(folder + b"/d\xe9.npz")
+    np.savez(named, **arrays)
+    for given in (named, os.fsencode(named), pathlib.Path(named)):
+        npz = mmnpz.load(given)
+        for name, want in arrays.items():
+            assert_same_array(npz[name], want, name)
+        assert npz.path == named
+    written = os.fsdecode(folder + b"/w\xe9.npz")
+    mmnpz.savez(written, **arrays)
+    with mmnpz.NpzWriter(written, "a") as w:
+        w.write("more", np.arange(3))
+    assert sorted(np.load(written).files) == sorted([*arrays, "more"])
+    assert mmnpz.recover(written)["members_recovered"] == len(arrays) + 1
+    ds = mmnpz.Dataset([named, os.fsencode(written)], select="[ab]")
+    assert ds.paths == (named, written)
+    assert ds.locate(2) == (written, "a.npy")
+    assert_same_array(ds[3], arrays["b"], "b")
+    assert len(mmnpz.Dataset(os.fsdecode(folder) + "/", select="[ab]")) == 4
+    shards = mmnpz.ShardWriter(os.fsdecode(folder + b"/s\xe9.npz"), max_items=1)
+    shards.write("x", np.ones(2))
+    shards.write("y", np.zeros(2))
+    shards.close()
+    assert shards.paths == [os.fsdecode(folder + b"/s\xe9-0000%d-of-00002.npz" % i)
+                            for i in range(2)]
+    assert mmnpz.Dataset(shards.spec).paths == tuple(shards.paths)
+    # Errors keep the path as Python names the file (path, filename), the message escaped.
+    missing = os.fsdecode(folder + b"/no\xe9.npz")
+    with pytest.raises(FileNotFoundError) as e:
+        mmnpz.load(missing)
+    assert e.value.filename == missing
+    bad = folder + b"/bad\xe9.npz"
+    with open(bad, "wb") as f:
+        f.write(b"PK\x05\x06" + bytes(10))
+    with pytest.raises(mmnpz.FormatError) as e:
+        mmnpz.load(os.fsdecode(bad))
+    assert e.value.path == os.fsdecode(bad)
+    assert str(e.value).startswith(os.fsdecode(bad).replace("\udce9", "\\xe9") + ": ")
+
+
+def test_a_name_or_option_that_utf8_cannot_encode_is_refused_by_name(tmp_path):
+    odd = "a\udcff"  # a lone surrogate: os.fsdecode's reading of a byte that is not UTF-8
+    want = (r"member name 'a\udcff' is no text UTF-8 can store: it holds the lone surrogate "
+            r"'\udcff' at 1")
+    with mmnpz.NpzWriter(tmp_path / "w.npz") as w:
+        for call in (lambda: w.write(odd, np.ones(2)), lambda: w.write_bytes(odd, b"x"),
+                     lambda: w.begin(odd, "<f4", (2,))):
+            with pytest.raises(ValueError) as e:
+                call()
+            assert str(e.value) == want
+        w.write("kept", np.ones(2))
+    with pytest.raises(ValueError) as e:
+        mmnpz.savez(tmp_path / "s.npz", **{odd: np.ones(2)})
+    assert str(e.value) == want
+    shards = mmnpz.ShardWriter(tmp_path / "sh.npz")
+    with pytest.raises(ValueError) as e:
+        shards.write(odd, np.ones(2))
+    assert str(e.value) == want
+    shards.close()
+    assert np.load(tmp_path / "w.npz").files == ["kept"]
+    with pytest.raises(ValueError) as e:
+        mmnpz.Dataset(tmp_path / "w.npz", select=odd)
+    assert str(e.value) == "Dataset: select must be text that UTF-8 can encode, not 'a\\udcff'"
+    with pytest.raises(KeyError):
+        mmnpz.load(tmp_path / "w.npz")[odd]
 
 
 def test_a_file_object_not_open_for_reading_is_refused_clearly(tmp_path, npz):
