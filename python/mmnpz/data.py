@@ -13,11 +13,13 @@ Python object per item.
 """
 
 import collections
+import errno
 import functools
 import mmap
 import operator
 import os
 import re
+import resource
 import warnings
 import weakref
 
@@ -41,6 +43,21 @@ def _specs(source, function):
     if not specs:
         raise ValueError(f"{function}: no archives given")
     return specs
+
+
+def _too_many_open_files(error):
+    """The OSError (EMFILE) of a Dataset's opening, saying why and what to do about it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hint = (f"a Dataset keeps each of its archives open, and this process may have {soft} "
+            f"files open (RLIMIT_NOFILE, `ulimit -n`)")
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        top = "resource.RLIM_INFINITY" if hard == resource.RLIM_INFINITY else str(hard)
+        hint += (f": raise it with resource.setrlimit(resource.RLIMIT_NOFILE, ({top}, {top}))"
+                 f" or `ulimit -n {top}`, or")
+    else:
+        hint += ", its hard limit too: have that raised, or"
+    hint += " join archives with `mmnpz merge`"
+    return OSError(error.errno, f"{error.strerror}: {hint}", error.filename)
 
 
 def _layout(descr, trailing):
@@ -93,6 +110,10 @@ class Dataset:
                 self._d = _mmnpz.Dataset(self._specs, self._options)
             except (ValueError, IndexError, OverflowError) as e:
                 raise _in_user_words(e, "Dataset") from None
+            except OSError as e:
+                if e.errno != errno.EMFILE:
+                    raise
+                raise _too_many_open_files(e) from None
             self._base = _Base(self._d)
             self._map = None
             self._cache = {}

@@ -2,10 +2,15 @@
 that numpy itself wrote and read back."""
 
 import contextlib
+import errno
+import json
 import mmap
 import pickle
 import re
+import resource
+import subprocess
 import sys
+import textwrap
 import threading
 import zipfile
 
@@ -399,6 +404,40 @@ def test_gather_and_open_release_the_gil(tmp_path):
     starts = np.zeros_like(idx)
     assert progress_during(lambda: ds.gather(idx, starts, 3000, threads=1)) > 0
     assert progress_during(lambda: mmnpz.Dataset([tmp_path / "big.npz"] * 200)) > 0
+
+
+def test_more_archives_than_the_process_may_open_is_an_oserror_saying_what_to_do(tmp_path):
+    writer = mmnpz.ShardWriter(tmp_path / "s.npz", max_items=1)
+    for i in range(60):
+        writer.write(f"x{i}", np.full((3, 2), i, "<f4"))
+    writer.close()
+    # In a child process, whose limit on open files this lowers below the 60 archives.
+    child = textwrap.dedent(f"""
+        import json, os, resource, sys
+        import mmnpz
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, hard))
+        before = len(os.listdir("/proc/self/fd"))
+        try:
+            mmnpz.Dataset({str(tmp_path / "s@60.npz")!r})
+        except OSError as e:
+            print(json.dumps([e.errno, e.strerror, e.filename, hard]))
+        assert len(os.listdir("/proc/self/fd")) == before  # the archives opened were closed
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1024), hard))
+        print(len(mmnpz.Dataset({str(tmp_path / "s@60.npz")!r})))
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    err, strerror, filename, hard = json.loads(out[0])
+    assert err == errno.EMFILE
+    top = "resource.RLIM_INFINITY" if hard == resource.RLIM_INFINITY else str(hard)
+    assert strerror == (
+        f"Too many open files: a Dataset keeps each of its archives open, and this process may "
+        f"have 40 files open (RLIMIT_NOFILE, `ulimit -n`): raise it with resource.setrlimit("
+        f"resource.RLIMIT_NOFILE, ({top}, {top})) or `ulimit -n {top}`, or join archives with "
+        f"`mmnpz merge`")
+    assert re.fullmatch(re.escape(str(tmp_path)) + r"/s-000\d\d-of-00060\.npz", filename)
+    assert out[1] == "60"
 
 
 def test_datasets_pickle_as_their_archive_names_and_reopen(shards):
