@@ -223,18 +223,20 @@ class progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// Opens `path`, saying on stderr when an interrupted append left bytes after the archive's end
-// record: the archive then opens as it was before the append, without the members it was
-// writing, which `recover` restores.
-reader open_archive(const std::string& path) {
+// Opens `path`, saying on stderr (unless `warn` is false: an archive opened a second time) when
+// an interrupted append left bytes after the archive's end record: the archive then opens as
+// it was before the append, without the members it was writing, which `recover` restores.
+reader open_archive(const std::string& path, bool warn = true) {
   reader_options o;
-  o.on_interrupted_append = [](const std::string& p, std::uint64_t n) {
-    std::fprintf(stderr,
-                 "mmnpz: warning: %s: an interrupted append left %llu bytes after the archive's "
-                 "end record; opened the archive as it was before the append. `mmnpz recover "
-                 "%s` restores the appended members.\n",
-                 p.c_str(), static_cast<unsigned long long>(n), p.c_str());
-  };
+  if (warn) {
+    o.on_interrupted_append = [](const std::string& p, std::uint64_t n) {
+      std::fprintf(stderr,
+                   "mmnpz: warning: %s: an interrupted append left %llu bytes after the "
+                   "archive's end record; opened the archive as it was before the append. "
+                   "`mmnpz recover %s` restores the appended members.\n",
+                   p.c_str(), static_cast<unsigned long long>(n), p.c_str());
+    };
+  }
   return reader(path, o);
 }
 
@@ -600,27 +602,30 @@ int write_archive(const write_options& a) {
   writer_options o;
   o.alignment = n;
   o.allow_duplicate_names = a.allow_duplicates;
-  std::vector<reader> readers;
+  // Every input is opened before OUT is made (a bad one refuses the command, nothing written),
+  // and again to be copied: one at a time, so that merging more archives than the process may
+  // have files open works.
   std::uint64_t total = 0;
   for (const auto& p : a.inputs) {
-    readers.push_back(open_archive(p));
-    for (std::size_t i = 0; i < readers.back().size(); ++i) {
-      total += readers.back().member(i).uncompressed_size;
-    }
+    const reader r = open_archive(p);
+    for (std::size_t i = 0; i < r.size(); ++i) total += r.member(i).uncompressed_size;
   }
   std::optional<writer> w;
   w.emplace(out, o);
+  std::size_t members = 0;
   try {
     progress bar("write", total);
-    for (const auto& r : readers) copy_members(r, *w, a.decompress, bar);
+    for (const auto& p : a.inputs) {
+      const reader r = open_archive(p, /*warn=*/false);
+      copy_members(r, *w, a.decompress, bar);
+      members += r.size();
+    }
     w->close();
   } catch (...) {
     w.reset();  // a half-written OUT is not left behind
     std::remove(out.c_str());
     throw;
   }
-  std::size_t members = 0;
-  for (const auto& r : readers) members += r.size();
   if (a.json) {
     std::printf("{\"path\": %s, \"members\": %zu, \"alignment\": %zu}\n", json_string(out).c_str(),
                 members, o.alignment);

@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import re
+import resource
 import shutil
 import struct
 import subprocess
@@ -183,6 +184,26 @@ def test_merge_joins_archives_and_refuses_duplicate_names(mixed, tmp_path):
     assert not (tmp_path / "dup.npz").exists()
     assert run("merge", "--allow-duplicates", tmp_path / "dup.npz", mixed, mixed).returncode == 0
     assert run("merge", merged, other).returncode == 2  # OUT exists
+
+
+def test_merge_joins_more_archives_than_the_process_may_have_files_open(tmp_path):
+    inputs = []
+    for i in range(50):
+        inputs.append(tmp_path / f"in{i:02d}.npz")
+        np.savez(inputs[-1], **{f"x{i}": np.full(3, i)})
+
+    def few_files():
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (32, hard))
+
+    merged = tmp_path / "merged.npz"
+    got = subprocess.run(CLI + ["merge", str(merged)] + [str(p) for p in inputs],
+                         capture_output=True, text=True, preexec_fn=few_files)
+    assert (got.returncode, got.stderr) == (0, "")
+    assert got.stdout == f"wrote {merged}: 50 members, data aligned to 64 bytes\n"
+    loaded = np.load(merged)
+    assert loaded.files == [f"x{i}" for i in range(50)]
+    assert all(np.array_equal(loaded[f"x{i}"], np.full(3, i)) for i in range(50))
 
 
 def test_extract_writes_npy_files_numpy_loads_and_never_overwrites(mixed, tmp_path):
@@ -670,13 +691,16 @@ def test_commands_warn_of_an_interrupted_append_and_info_counts_its_bytes(mixed,
     out = tmp_path / "out"
     out.mkdir()
     for args in (["ls", mixed], ["info", mixed], ["verify", mixed],
-                 ["align", mixed, tmp_path / "aligned.npz"], ["extract", "-o", out, mixed, "a", "readme.txt"]):
+                 ["align", mixed, tmp_path / "aligned.npz"],
+                 ["merge", tmp_path / "merged.npz", mixed],
+                 ["extract", "-o", out, mixed, "a", "readme.txt"]):
         got = run(*args)
         assert (got.returncode, got.stderr) == (0, warning), args
     info = json.loads(run("info", "--json", mixed).stdout)
     assert (info["bytes_after_archive"], info["interrupted_append"]) == (cut - old_size, True)
     assert sorted(p.name for p in out.iterdir()) == ["a.npy", "readme.txt"]
     assert mmnpz.load(tmp_path / "aligned.npz").files == ["a", "f", "s", "readme.txt"]
+    assert mmnpz.load(tmp_path / "merged.npz").files == ["a", "f", "s", "readme.txt"]
     intact = json.loads(run("info", "--json", write_mixed(tmp_path / "intact.npz")).stdout)
     assert (intact["bytes_after_archive"], intact["interrupted_append"]) == (0, False)
 
