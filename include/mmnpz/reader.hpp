@@ -128,6 +128,13 @@ class reader {
   /// errc::invalid_argument when [from, from + n) is not within them.
   void copy_bytes(std::size_t index, std::byte* out, std::uint64_t from, std::uint64_t n) const;
 
+  /// The member's data as stored in the file (its compressed_size bytes after the local
+  /// header), whatever its compression method: for a caller that decodes a method this library
+  /// does not (bzip2, LZMA) and checks the CRC-32 itself. Read into a new buffer, so a file cut
+  /// since it was opened gives errc::corrupt_zip naming the member, not SIGBUS. Refused like
+  /// bytes() for an encrypted member or a local header that disagrees with the directory.
+  std::vector<std::byte> stored_bytes(std::size_t index) const;
+
   /// Streams the member's contents (as bytes() gives them) to `sink(data, n)` in order, in
   /// pieces of `chunk` bytes, the last one shorter; `sink` is not called for an empty member.
   /// Nothing is cached, so members larger than memory can be read: a stored member is read

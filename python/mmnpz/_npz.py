@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from . import _core, _mmnpz
+from . import _core, _methods, _mmnpz
 
 __all__ = [
     "InterruptedAppendWarning", "MemberInfo", "NpzReader", "NpzWriter", "load", "recover", "savez",
@@ -43,7 +43,8 @@ MemberInfo.__doc__ = """What NpzReader.info() says of a member.
 kind is 'array', 'bytes' (no .npy magic) or 'object' (a pickled object array); dtype, shape
 and fortran_order are None unless kind is 'array'; offset (of the array data in the file) and
 alignment (the largest power of two up to 65536 dividing offset) are None unless, moreover,
-the data is stored. compressed is True for deflated members."""
+the data is stored. compressed is True for deflated members (and bzip2 or LZMA ones, which are
+decoded whole by info(), read and verify())."""
 
 
 def _reopen(cls, path, mmap_mode, cache, preload, allow_pickle, *more):
@@ -404,7 +405,13 @@ class NpzReader(collections.abc.Mapping):
         """Member `index` as mmap_mode makes it; `view` is its read-only memmap when the
         caller has it already."""
         reader = self._reader
-        info = reader.array(index)
+        try:
+            info = reader.array(index)
+        except _mmnpz.FormatError:
+            member = reader.member(index)
+            if member["method"] not in _methods.METHODS:
+                raise
+            return self._decoded_here(index, member)
         kind = info[0]
         if kind == "bytes":
             return reader.bytes(index)
@@ -438,6 +445,20 @@ class NpzReader(collections.abc.Mapping):
             self._track(index)
         return _memmap_of(self._writable, shape, dtype, offset, fortran_order, self._mode,
                           self._filename)
+
+    def _decoded_here(self, index, member):
+        """Member `index`, of a method the core does not decode (bzip2, LZMA), decoded by
+        _methods and read as numpy reads it: an ordinary array, or bytes for what is no .npy."""
+        data = _methods.decode(self._reader, index, member, self._path)
+        if not data.startswith(_NPY_MAGIC):
+            return data
+        if self._mode == "r+":
+            method = _methods.METHODS[member["method"]]
+            raise ValueError(f"{self._path}: 'r+' cannot write into {method} member "
+                             f"{member['name']!r}")
+        return np.lib.format.read_array(
+            io.BytesIO(data), allow_pickle=self.allow_pickle, pickle_kwargs=self._pickle_kwargs,
+            max_header_size=(1 << 64) if self.allow_pickle else self._max_header_size)
 
     def _track(self, index):
         """Notes a stored member handed out writable, for the CRC-32 update."""
@@ -501,6 +522,19 @@ class NpzReader(collections.abc.Mapping):
         index = self._index(name)
         member = reader.member(index)
         compressed = member["method"] != 0
+        if member["method"] in _methods.METHODS:  # decoded whole to be described
+            data = _methods.decode(reader, index, member, self._path)
+            if not data.startswith(_NPY_MAGIC):
+                return MemberInfo(member["name"], "bytes", None, None, None, None, len(data),
+                                  True, None)
+            f = io.BytesIO(data)
+            shape, fortran_order, dtype = np.lib.format._read_array_header(  # noqa: SLF001
+                f, np.lib.format.read_magic(f), max_header_size=1 << 64)
+            if dtype.hasobject:
+                return MemberInfo(member["name"], "object", None, None, None, None, len(data),
+                                  True, None)
+            return MemberInfo(member["name"], "array", dtype, shape, fortran_order, None,
+                              len(data) - f.tell(), True, None)
         info = reader.array(index)
         if info[0] != "array":
             return MemberInfo(member["name"], info[0], None, None, None, None,
@@ -519,8 +553,23 @@ class NpzReader(collections.abc.Mapping):
         bad ones (empty when all is well)."""
         reader = self._open_reader()
         if name is None:
-            return reader.verify()
-        reader.verify_one(self._index(name))
+            failures = reader.verify()
+            for member_name in list(failures):  # those of methods decoded here, checked here
+                index = self._index(member_name)
+                member = reader.member(index)
+                if member["method"] in _methods.METHODS and member["name"] == member_name:
+                    try:
+                        _methods.decode(reader, index, member, self._path)
+                        del failures[member_name]
+                    except _mmnpz.FormatError as e:
+                        failures[member_name] = str(e)
+            return failures
+        index = self._index(name)
+        member = reader.member(index)
+        if member["method"] in _methods.METHODS:
+            _methods.decode(reader, index, member, self._path)
+        else:
+            reader.verify_one(index)
         return None
 
     def flush(self):

@@ -203,7 +203,7 @@ struct py_reader {
     if (!PyUnicode_Check(key.ptr())) return py::none();
     const auto index = find(key);
     if (!index) return py::none();
-    if (r.member(*index).is_deflated() || !r.is_array(*index)) {
+    if (r.member(*index).method != 0 || !r.is_array(*index)) {  // not stored: NpzReader._item
       return py::make_tuple(*index, py::none());
     }
     mmnpz::array_view v;
@@ -516,6 +516,18 @@ field (what numpy compares with max_header_size).)")
           },
           py::arg("index"), R"(The member's contents (inflated when deflated), copied.)")
       .def(
+          "stored_bytes",
+          [](const py_reader& p, std::size_t i) {
+            std::vector<std::byte> b;
+            {
+              py::gil_scoped_release nogil;
+              b = p.r.stored_bytes(i);
+            }
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          py::arg("index"),
+          R"(The member's data as stored, whatever its method (see reader::stored_bytes).)")
+      .def(
           "copy_array",
           [](const py_reader& p, std::size_t i, const py::array& out) {
             // A numpy array, not a buffer: datetime64 and timedelta64 arrays have no buffer
@@ -546,7 +558,9 @@ file cut since it was mapped raises FormatError, where a copy of its view would 
               result = p.r.verify();
             }
             py::dict failures;
-            for (const auto& e : result.failures) failures[py::str(e.member())] = e.what();
+            for (const auto& e : result.failures) {
+              failures[text_of(e.member(), "backslashreplace")] = message_of(e);
+            }
             return failures;
           },
           R"(Checks every member's CRC-32: {member name: error message} of the bad ones.)")

@@ -466,6 +466,15 @@ class archive {
     }
   }
 
+  /// The member's data as stored, whatever its method, read into a new buffer.
+  std::vector<std::byte> stored_bytes(std::size_t index) const {
+    const member_info& m = member(index);
+    const located at = locate(m, context{path_, m.name}, nullptr, /*any_method=*/true);
+    std::vector<std::byte> out;
+    read_some(m, out, m.compressed_size, m.compressed_size, at.offset);
+    return out;
+  }
+
   /// The .npy header from the member's first bytes, caching nothing: a deflated member is
   /// inflated only until its header is complete.
   npy_header array_header(std::size_t index) const {
@@ -619,9 +628,10 @@ class archive {
                    [](const std::byte*, std::size_t) { return true; });
   }
 
-  // Checks the member's method, flags and local header; finds its bytes.
-  located locate(const member_info& m, const context& ctx,
-                 const header_window* window = nullptr) const {
+  // Checks the member's method (unless `any_method`: stored_bytes()), flags and local header;
+  // finds its bytes.
+  located locate(const member_info& m, const context& ctx, const header_window* window = nullptr,
+                 bool any_method = false) const {
     if (m.flags & (zip::flag_encrypted | zip::flag_strong_encryption)) {
       ctx.fail(errc::unsupported, m.local_header_offset, "encrypted members are not supported");
     }
@@ -629,7 +639,7 @@ class archive {
       ctx.fail(errc::unsupported, m.local_header_offset,
                "compressed patched data (flag bit 5) is not supported");
     }
-    if (m.method != zip::method_stored && m.method != zip::method_deflated) {
+    if (!any_method && m.method != zip::method_stored && m.method != zip::method_deflated) {
       ctx.fail(errc::unsupported, m.local_header_offset,
                "compression method " + std::to_string(m.method) +
                    " is not supported (only 0, stored, and 8, deflated)");
@@ -975,6 +985,10 @@ void reader::read(std::size_t index, const std::function<void(const std::byte*, 
 }
 
 npy_header reader::array_header(std::size_t index) const { return arc().array_header(index); }
+
+std::vector<std::byte> reader::stored_bytes(std::size_t index) const {
+  return arc().stored_bytes(index);
+}
 
 verify_result reader::verify() const {
   verify_result out;

@@ -936,6 +936,49 @@ TEST_SUITE("bad files") {
           "not an array\n");
   }
 
+  TEST_CASE("stored_bytes gives any method's data as stored and refuses what bytes() refuses") {
+    zip_layout z = base_zip();
+    set16(z.bytes, z.entry[1] + cd_method, 12);  // b.npy: "bzip2" (its deflated bytes)
+    set16(z.bytes, z.local[1] + lh_method, 12);
+    const std::string path = scratch_dir() + "/stored_bytes.npz";
+    write_file(path, z.bytes);
+    for (const bool in_memory : {true, false}) {
+      CAPTURE(in_memory);
+      const mmnpz::reader r = in_memory ? mmnpz::reader::from_bytes(z.bytes.data(),
+                                                                    z.bytes.size(), path)
+                                        : mmnpz::reader(path);
+      const auto as_text = [](const std::vector<std::byte>& b) {
+        return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+      };
+      CHECK(as_text(r.stored_bytes(0)) == z.bytes.substr(z.data[0], z.data_size[0]));
+      CHECK(as_text(r.stored_bytes(0)) ==
+            std::string(reinterpret_cast<const char*>(r.bytes(0).data), r.bytes(0).size));
+      CHECK(as_text(r.stored_bytes(1)) == z.bytes.substr(z.data[1], z.data_size[1]));
+      CHECK_THROWS_WITH_AS(r.bytes(1),
+                           (path + ": member 'b.npy' at offset 175: compression method 12 is not "
+                                   "supported (only 0, stored, and 8, deflated)")
+                               .c_str(),
+                           mmnpz::error);
+      CHECK(as_text(r.stored_bytes(2)) == "not an array\n");
+    }
+    set16(z.bytes, z.entry[0] + cd_flags, 1);  // a.npy: encrypted
+    set16(z.bytes, z.local[0] + lh_flags, 1);
+    const auto encrypted = mmnpz::reader::from_bytes(z.bytes.data(), z.bytes.size(), "e.npz");
+    CHECK_THROWS_WITH_AS(encrypted.stored_bytes(0),
+                         "e.npz: member 'a.npy' at offset 0: encrypted members are not supported",
+                         mmnpz::error);
+    // A file cut since it was opened: an error naming the member, not SIGBUS.
+    const mmnpz::reader cut(path);
+    write_file(path, z.bytes.substr(0, z.data[1] + 10));
+    try {
+      (void)cut.stored_bytes(1);
+      FAIL("stored_bytes() of a member the file no longer holds");
+    } catch (const mmnpz::error& e) {
+      CHECK(e.code() == errc::corrupt_zip);
+      CHECK(e.member() == "b.npy");
+    }
+  }
+
   TEST_CASE("a locator's signature before an end record that needs no zip64 one is a name's bytes") {
     // The last directory entry ends with its name: one that ends as a zip64 end locator (on
     // disk 0x01010101 of ".npy" disks) still opens, and so does what recover() makes of data

@@ -10,6 +10,7 @@ import pathlib
 import pickle
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -487,6 +488,97 @@ def test_savez_compressed_compresses(tmp_path):
     mmnpz.savez_compressed(path, z=np.zeros(1 << 20))
     assert path.stat().st_size < 20000
     assert mmnpz.load(path).info("z").compressed
+
+
+def _zip_of_npys(path, compression, members):
+    """An archive as a user writes one with zipfile: `members` (name: array or bytes) each
+    saved by np.save (bytes as they are) and compressed by `compression`."""
+    with zipfile.ZipFile(path, "w", compression) as z:
+        for name, value in members.items():
+            if isinstance(value, bytes):
+                z.writestr(name, value)
+            else:
+                f = io.BytesIO()
+                np.save(f, value)
+                z.writestr(name + ".npy", f.getvalue())
+    return path
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_bzip2_and_lzma_members_read_as_numpy_reads_them(tmp_path, arrays, compression):
+    members = dict(arrays, o=np.array([1, "x"], dtype=object), text=b"hello")
+    path = _zip_of_npys(tmp_path / "c.npz", compression, members)
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as z:  # and one member stored
+        f = io.BytesIO()
+        np.save(f, np.arange(5))
+        z.writestr("plain.npy", f.getvalue())
+    want = np.load(path, allow_pickle=True)
+    for mode in (None, "r", "c"):
+        got = mmnpz.load(path, mmap_mode=mode, allow_pickle=True)
+        assert got.files == want.files
+        for name in want.files:
+            if name == "text":
+                assert got[name] == want[name] == b"hello"
+            elif name == "o":
+                assert got[name].tolist() == want[name].tolist()
+            else:
+                assert_same_array(got[name], want[name], f"{mode} {name}")
+                assert got[name].flags.writeable == (mode != "r" or name != "plain")
+    npz = mmnpz.load(path)
+    with pytest.raises(ValueError, match="^Object arrays cannot be loaded when "
+                                         "allow_pickle=False$"):
+        npz["o"]
+    assert npz.verify() == {}
+    npz.verify("a")
+    info = npz.info("b")
+    assert (info.kind, info.dtype, info.shape, info.fortran_order, info.compressed,
+            info.offset) == ("array", np.dtype(">i4"), (2, 3), True, True, None)
+    assert npz.info("o").kind == "object" and npz.info("text").kind == "bytes"
+    assert npz.info("plain").compressed is False
+    method = "bzip2" if compression == zipfile.ZIP_BZIP2 else "LZMA"
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: 'r\\+' cannot write into "
+                                         f"{method} member 'a.npy'$"):
+        mmnpz.load(path, mmap_mode="r+")["a"]
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_damaged_bzip2_and_lzma_members_are_errors_naming_them_as_in_numpy(
+        tmp_path, compression):
+    path = _zip_of_npys(tmp_path / "c.npz", compression,
+                        {"a": np.arange(1000.0), "b": np.ones(3)})
+    with zipfile.ZipFile(path) as z:
+        a = z.getinfo("a.npy")
+        data_at = a.header_offset + 30 + len(a.filename) + len(a.extra)
+    good = path.read_bytes()
+    method = "bzip2" if compression == zipfile.ZIP_BZIP2 else "LZMA"
+    damaged = bytearray(good)
+    damaged[data_at + a.compress_size // 2] ^= 0xFF  # in the stream
+    path.write_bytes(damaged)
+    with pytest.raises(Exception):
+        np.load(path)["a"]
+    npz = mmnpz.load(path)
+    with pytest.raises(mmnpz.FormatError) as e:
+        npz["a"]
+    assert str(e.value).startswith(f"{path}: member 'a.npy': ")
+    assert (e.value.path, e.value.member) == (str(path), "a.npy")
+    assert re.search(f"its {method} stream is corrupt|CRC-32 is 0x[0-9a-f]{{8}}, the central "
+                     f"directory says 0x{a.CRC:08x}|its {method} stream (decodes to|stops short, at) ", str(e.value))
+    assert set(npz.verify()) == {"a.npy"}
+    assert_same_array(npz["b"], np.ones(3), "b")
+    # The directory's CRC-32 wrong, the stream intact: numpy and mmnpz both refuse it.
+    crc = struct.pack("<I", a.CRC ^ 1)
+    entry = next(i for i in range(len(good)) if good.startswith(b"PK\x01\x02", i)
+                 and good[i + 46:i + 51] == b"a.npy")  # a.npy's directory entry
+    wrong = bytearray(good)
+    wrong[a.header_offset + 14:a.header_offset + 18] = crc
+    wrong[entry + 16:entry + 20] = crc
+    path.write_bytes(wrong)
+    with pytest.raises(zipfile.BadZipFile):
+        np.load(path)["a"]
+    with pytest.raises(mmnpz.FormatError) as e:
+        mmnpz.load(path)["a"]
+    assert str(e.value) == (f"{path}: member 'a.npy': CRC-32 is 0x{a.CRC:08x}, the central "
+                            f"directory says 0x{a.CRC ^ 1:08x}")
 
 
 def test_savez_compressed_refuses_a_bad_level(tmp_path):
