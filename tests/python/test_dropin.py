@@ -160,6 +160,15 @@ def test_paths_whose_bytes_are_not_utf8_are_read_and_written_as_numpy_does(tmp_p
         mmnpz.load(os.fsdecode(bad))
     assert e.value.path == os.fsdecode(bad)
     assert str(e.value).startswith(os.fsdecode(bad).replace("\udce9", "\\xe9") + ": ")
+    damaged = bytearray(open(named, "rb").read())
+    with zipfile.ZipFile(named) as z:
+        a = z.getinfo("a.npy")
+    damaged[a.header_offset + 30 + len(a.filename) + len(a.extra) + 128] ^= 1  # a's data
+    with open(named, "wb") as f:
+        f.write(damaged)
+    failures = mmnpz.load(named).verify()
+    assert list(failures) == ["a.npy"]
+    assert failures["a.npy"].startswith(named.replace("\udce9", "\\xe9") + ": member 'a.npy'")
 
 
 def test_a_name_or_option_that_utf8_cannot_encode_is_refused_by_name(tmp_path):
