@@ -53,8 +53,9 @@ struct command_text {
 const command_text commands[] = {
     {"ls", "one line per member: name, dtype, shape, bytes, method, offset",
      "One line per member: name, dtype, shape, bytes, stored/deflated, data offset in the file,\n"
-     "and the largest power of two (up to 65536) that the offset is a multiple of. --json\n"
-     "prints one JSON array of objects per FILE instead."},
+     "and the largest power of two (up to 65536) that the offset is a multiple of. A member\n"
+     "of another method (bzip2, lzma) is listed with its size only. --json prints one JSON\n"
+     "array of objects per FILE instead."},
     {"info", "a summary of each archive",
      "A summary: members, bytes, deflated members, how the array data is aligned (powers of\n"
      "two up to 65536), zip64, comment, bytes before and after the archive (what an interrupted\n"
@@ -280,6 +281,22 @@ bool is_object(const std::exception_ptr& failure) {
   return false;
 }
 
+// A member's compression method as ls shows it.
+std::string method_name(const member_info& m) {
+  switch (m.method) {
+    case 0:
+      return "stored";
+    case 8:
+      return "deflated";
+    case 12:
+      return "bzip2";
+    case 14:
+      return "lzma";
+    default:
+      return "method " + std::to_string(m.method);
+  }
+}
+
 int cmd_ls(const ls_options& a) {
   const bool json = a.json;
   for (const auto& path : a.files) {
@@ -289,7 +306,7 @@ int cmd_ls(const ls_options& a) {
     std::string array = "[";
     for_each_array(r, [&](std::size_t i, const array_view& v, const std::exception_ptr& failure) {
       const member_info& m = r.member(i);
-      const char* method = m.is_deflated() ? "deflated" : "stored";
+      const std::string method = method_name(m);
       std::string dtype = "-", shape = "-", shape_js = "null";
       std::string offset = "-", aligned = "-";
       std::uint64_t nbytes = m.uncompressed_size;
@@ -308,6 +325,8 @@ int cmd_ls(const ls_options& a) {
         } catch (const error& e) {
           if (e.code() != errc::not_an_array) throw;
         }
+      } else if (m.method != 0) {
+        // Of a method this library does not decode: listed with what the directory says.
       } else if (v) {
         dtype = v.type().str();
         shape = shape_text(v.shape());
@@ -324,13 +343,13 @@ int cmd_ls(const ls_options& a) {
         array += std::string(i ? ", " : "") + "{\"name\": " + json_string(m.name) +
                  ", \"dtype\": " + (dtype == "-" ? "null" : json_string(dtype)) +
                  ", \"shape\": " + shape_js + ", \"bytes\": " + std::to_string(nbytes) +
-                 ", \"method\": \"" + method + "\", \"offset\": " +
+                 ", \"method\": " + json_string(method) + ", \"offset\": " +
                  (offset == "-" ? "null" : offset) +
                  ", \"alignment\": " + (aligned == "-" ? "null" : aligned) + "}";
       } else {
         std::printf("%-24s %-10s %-16s %12llu %-8s %12s %5s\n", std::string(m.name).c_str(),
-                    dtype.c_str(), shape.c_str(), static_cast<unsigned long long>(nbytes), method,
-                    offset.c_str(), aligned.c_str());
+                    dtype.c_str(), shape.c_str(), static_cast<unsigned long long>(nbytes),
+                    method.c_str(), offset.c_str(), aligned.c_str());
       }
     });
     if (json) std::printf("%s]\n", array.c_str());
@@ -352,7 +371,7 @@ int cmd_info(const info_options& a) {
       if (v) {
         ++alignments[alignment_of(v.file_offset())];
         ++arrays;
-      } else {
+      } else if (m.method == 0 || m.is_deflated()) {  // other methods: counted, not read
         is_object(failure);  // rethrows what is neither an object array nor no array
       }
     });

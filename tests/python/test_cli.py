@@ -206,6 +206,29 @@ def test_merge_joins_more_archives_than_the_process_may_have_files_open(tmp_path
     assert all(np.array_equal(loaded[f"x{i}"], np.full(3, i)) for i in range(50))
 
 
+def test_ls_and_info_list_a_bzip2_member_and_verify_names_its_method(tmp_path):
+    path = tmp_path / "bz.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as z:
+        f = io.BytesIO()
+        np.save(f, np.arange(6.0))
+        z.writestr("a.npy", f.getvalue())
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as z:
+        z.writestr("b.txt", "text")
+    got = run("ls", "--json", path)
+    assert got.returncode == 0, got.stderr
+    listed = json.loads(got.stdout)
+    assert [(m["name"], m["method"], m["dtype"], m["bytes"]) for m in listed] == [
+        ("a.npy", "bzip2", None, 176), ("b.txt", "stored", None, 4)]
+    assert run("ls", path).stdout.split("\n")[0].split() == ["a.npy", "-", "-", "176", "bzip2",
+                                                             "-", "-"]
+    info = json.loads(run("info", "--json", path).stdout)
+    assert (info["members"], info["bytes"], info["deflated"]) == (2, 180, 0)
+    verified = run("verify", path)
+    assert verified.returncode == 1
+    assert (f"mmnpz verify: {path}: member 'a.npy' at offset 0: compression method 12 is not "
+            "supported (only 0, stored, and 8, deflated)") in verified.stderr
+
+
 def test_extract_writes_npy_files_numpy_loads_and_never_overwrites(mixed, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
