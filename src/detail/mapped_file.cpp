@@ -90,7 +90,7 @@ std::shared_ptr<const file_source> file_source::in_memory(mapped_bytes bytes) {
 
 std::size_t file_source::read_at(void* dst, std::size_t n, std::uint64_t offset) const {
   if (fd_ < 0) {
-    if (offset >= size_) return 0;
+    if (offset >= size_ || n == 0) return 0;  // memcpy of nothing may not be given null
     const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, size_ - offset));
     std::memcpy(dst, memory_.data + offset, k);
     return k;

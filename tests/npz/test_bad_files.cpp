@@ -961,6 +961,12 @@ TEST_SUITE("bad files") {
                            mmnpz::error);
       CHECK(as_text(r.stored_bytes(2)) == "not an array\n");
     }
+    // An empty member's stored bytes are none (the fuzzer found memcpy given null for them).
+    auto members = base_members();
+    members.push_back({"empty.bin", ""});
+    const std::string with_empty = build_zip(members).bytes;
+    const auto e = mmnpz::reader::from_bytes(with_empty.data(), with_empty.size(), "e.npz");
+    CHECK(e.stored_bytes(3).empty());
     set16(z.bytes, z.entry[0] + cd_flags, 1);  // a.npy: encrypted
     set16(z.bytes, z.local[0] + lh_flags, 1);
     const auto encrypted = mmnpz::reader::from_bytes(z.bytes.data(), z.bytes.size(), "e.npz");
