@@ -1,5 +1,6 @@
 """What the package's modules share, importing nothing else of mmnpz: the compiled core, numpy
-dtypes of .npy descrs, path arguments, frame rates and a distributed run's rank."""
+dtypes of .npy descrs, path and member name arguments, frame rates, a distributed run's rank
+and the place a loader's saved state resumes at."""
 
 import collections.abc
 import fractions

@@ -51,9 +51,10 @@ def _too_many_open_files(error):
     hint = (f"a Dataset keeps each of its archives open, and this process may have {soft} "
             f"files open (RLIMIT_NOFILE, `ulimit -n`)")
     if hard == resource.RLIM_INFINITY or hard > soft:
-        top = "resource.RLIM_INFINITY" if hard == resource.RLIM_INFINITY else str(hard)
+        infinite = hard == resource.RLIM_INFINITY
+        top = "resource.RLIM_INFINITY" if infinite else str(hard)
         hint += (f": raise it with resource.setrlimit(resource.RLIMIT_NOFILE, ({top}, {top}))"
-                 f" or `ulimit -n {top}`, or")
+                 f" or `ulimit -n {'unlimited' if infinite else top}`, or")
     else:
         hint += ", its hard limit too: have that raised, or"
     hint += " join archives with `mmnpz merge`"

@@ -430,12 +430,13 @@ def test_more_archives_than_the_process_may_open_is_an_oserror_saying_what_to_do
                          check=True).stdout.splitlines()
     err, strerror, filename, hard = json.loads(out[0])
     assert err == errno.EMFILE
-    top = "resource.RLIM_INFINITY" if hard == resource.RLIM_INFINITY else str(hard)
+    infinite = hard == resource.RLIM_INFINITY
+    top = "resource.RLIM_INFINITY" if infinite else str(hard)
     assert strerror == (
         f"Too many open files: a Dataset keeps each of its archives open, and this process may "
         f"have 40 files open (RLIMIT_NOFILE, `ulimit -n`): raise it with resource.setrlimit("
-        f"resource.RLIMIT_NOFILE, ({top}, {top})) or `ulimit -n {top}`, or join archives with "
-        f"`mmnpz merge`")
+        f"resource.RLIMIT_NOFILE, ({top}, {top})) or `ulimit -n "
+        f"{'unlimited' if infinite else top}`, or join archives with `mmnpz merge`")
     assert re.fullmatch(re.escape(str(tmp_path)) + r"/s-000\d\d-of-00060\.npz", filename)
     assert out[1] == "60"
 
