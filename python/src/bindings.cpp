@@ -425,7 +425,7 @@ needed); with recover,
 opens what mmnpz::recover() would make of it, in memory.)")
       .def_static(
           "from_bytes",
-          [](const py::buffer& data, const std::string& display_name) {
+          [](const py::buffer& data, const mmnpz_python::fs_path& display_name) {
             const py::buffer_info info = bytes_of(data);
             const auto n = static_cast<std::size_t>(info.size * info.itemsize);
             std::optional<mmnpz::reader> opened;
@@ -439,7 +439,7 @@ opens what mmnpz::recover() would make of it, in memory.)")
           R"(An archive held in memory (copied once); display_name appears in errors.)")
       .def_static(
           "from_descriptor",
-          [](int fd, const std::string& display_name) {
+          [](int fd, const mmnpz_python::fs_path& display_name) {
             std::optional<mmnpz::reader> opened;
             {
               py::gil_scoped_release nogil;
@@ -718,7 +718,8 @@ void bind_tools(py::module_& m) {
       py::arg("head"), R"(True when the bytes start as a ZIP archive does.)");
   m.def(
       "update_member_crcs",
-      [](py::buffer archive, const std::vector<std::size_t>& indices, const std::string& name) {
+      [](py::buffer archive, const std::vector<std::size_t>& indices,
+         const mmnpz_python::fs_path& name) {
         py::buffer_info b = archive.request(/*writable=*/true);
         if (b.ndim != 1 || b.itemsize != 1) {
           throw py::value_error("expected a writable byte buffer");

@@ -130,6 +130,16 @@ def test_paths_whose_bytes_are_not_utf8_are_read_and_written_as_numpy_does(tmp_p
         for name, want in arrays.items():
             assert_same_array(npz[name], want, name)
         assert npz.path == named
+    for opened in (open(named, "rb"), open(os.fsencode(named), "rb")):
+        with opened:
+            assert_same_array(mmnpz.load(opened)["a"], arrays["a"], "a from a file object")
+    edited = os.fsdecode(folder + b"/r\xe9.npz")
+    shutil.copy(named, edited)
+    with mmnpz.load(edited, mmap_mode="r+") as npz:  # its CRC-32s updated on close
+        npz["a"][0, 0] = 7.0
+    assert np.load(edited)["a"][0, 0] == 7.0
+    with zipfile.ZipFile(edited) as z:
+        assert z.testzip() is None
     written = os.fsdecode(folder + b"/w\xe9.npz")
     mmnpz.savez(written, **arrays)
     with mmnpz.NpzWriter(written, "a") as w:
@@ -140,7 +150,7 @@ def test_paths_whose_bytes_are_not_utf8_are_read_and_written_as_numpy_does(tmp_p
     assert ds.paths == (named, written)
     assert ds.locate(2) == (written, "a.npy")
     assert_same_array(ds[3], arrays["b"], "b")
-    assert len(mmnpz.Dataset(os.fsdecode(folder) + "/", select="[ab]")) == 4
+    assert len(mmnpz.Dataset(os.fsdecode(folder) + "/", select="[ab]")) == 6
     shards = mmnpz.ShardWriter(os.fsdecode(folder + b"/s\xe9.npz"), max_items=1)
     shards.write("x", np.ones(2))
     shards.write("y", np.zeros(2))
