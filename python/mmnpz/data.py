@@ -545,8 +545,20 @@ def _excerpt_options(length, pad, threads, io="auto"):
 
 
 def _fill_bytes(pad, fill, dtype):
-    """The fill element in `dtype` (empty: zeros, or no filling)."""
-    return np.array(fill, dtype=dtype).tobytes() if pad == "fill" and fill != 0 else b""
+    """The fill element in `dtype` (empty: zeros, or no filling). ValueError for a value out of
+    the dtype's range (300 in uint8, 1e300 in float32), which numpy would wrap or overflow with
+    only a warning."""
+    if pad != "fill":
+        return b""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # numpy 1.x: an int out of bounds
+        warnings.simplefilter("error", RuntimeWarning)  # an overflow in the cast
+        try:
+            element = np.array(fill, dtype=dtype).tobytes()
+        except (DeprecationWarning, RuntimeWarning, OverflowError):
+            raise ValueError(f"fill {fill!r} is out of the range of the data's dtype "
+                             f"{np.dtype(dtype)}") from None
+    return element if any(element) else b""  # all zeros (not -0.0): what no fill gives
 
 
 def _out_array(out, shape, dtype):
@@ -905,7 +917,8 @@ class Loader:
                 threads=threads)
             options = _mmnpz.LoaderOptions(
                 batch_size=int(batch_size), excerpt=excerpt,
-                epochs=None if epochs is None else int(epochs), prefetch=int(prefetch),
+                epochs=None if epochs is None else operator.index(epochs),
+                prefetch=operator.index(prefetch),
                 drop_last=drop_last)
             self.batches_per_epoch = _mmnpz.batches_per_epoch(options, sampler._s)
             if excerpt.pad == "none":
@@ -917,10 +930,13 @@ class Loader:
                               "Loader(pad='none')")
         except _USER_ERRORS as e:
             raise _in_user_words(e, "Loader") from None
-        for k, (field, _) in enumerate(fields):
-            if not isinstance(field, Dataset):
-                raise TypeError(f"Loader: fields[{k}] must be an mmnpz.Dataset and its rate, "
-                                f"not {type(field).__name__}")
+        for k, pair in enumerate(fields):
+            is_pair = isinstance(pair, (tuple, list)) and len(pair) == 2
+            field = pair[0] if is_pair else pair
+            if not is_pair or not isinstance(field, Dataset):
+                given = f"({type(field).__name__}, ...)" if is_pair else type(pair).__name__
+                raise TypeError(f"Loader: fields[{k}] must be a pair (mmnpz.Dataset, rate), not "
+                                f"{given}")
             if len(field) != len(dataset):  # item i of a field goes with item i of the data
                 raise ValueError(f"Loader: fields[{k}] has {len(field)} items, the data "
                                  f"{len(dataset)}")

@@ -202,6 +202,29 @@ def test_bad_requests_raise_clear_errors_and_leave_out_untouched(shards):
         mmnpz.Sampler([3.7, 4.0])
 
 
+def test_a_fill_out_of_the_dtypes_range_is_refused_and_every_other_fill_kept_bit_for_bit(
+        tmp_path):
+    with mmnpz.NpzWriter(tmp_path / "d.npz") as w:
+        w.write("u", np.arange(6, dtype="u1").reshape(3, 2))
+    with mmnpz.NpzWriter(tmp_path / "f.npz") as w:
+        w.write("f", np.ones((3, 2), "<f4"))
+    u8, f32 = mmnpz.Dataset(tmp_path / "d.npz"), mmnpz.Dataset(tmp_path / "f.npz")
+    for ds, fill, dtype in ((u8, 300, "uint8"), (u8, -1, "uint8"), (u8, 2**70, "uint8"),
+                            (f32, 1e300, "float32")):
+        with pytest.raises(ValueError) as e:
+            ds.gather([0], [0], 5, pad="fill", fill=fill)
+        assert str(e.value) == (f"Dataset.gather: fill {fill!r} is out of the range of the "
+                                f"data's dtype {dtype}")
+        with pytest.raises(ValueError) as e:
+            next(iter(mmnpz.Loader(ds, mmnpz.Sampler(ds, length=5, pad="fill"), 1, pad="fill",
+                                   fill=fill)))
+        assert str(e.value).startswith("Loader: fill ")
+    assert u8.gather([0], [0], 5, pad="fill", fill=255)[0, 3:].tolist() == [[255, 255]] * 2
+    for fill in (-0.0, np.inf, 0.0, 0):  # -0.0 is not zeros: its sign is kept
+        got = f32.gather([0], [0], 4, pad="fill", fill=fill)[0, 3]
+        assert got.tobytes() == np.full(2, fill, "<f4").tobytes(), fill
+
+
 def test_fields_at_other_frame_rates_take_the_same_window(tmp_path):
     spec = {f"c{k}_spec": RNG.standard_normal((40 + 4 * k, 3)).astype(np.float32)
             for k in range(4)}
@@ -238,8 +261,8 @@ def test_fields_at_other_frame_rates_take_the_same_window(tmp_path):
     sampler = mmnpz.Sampler(specs, "sequential", length=8)
     with pytest.raises(ValueError, match=re.escape("Loader: fields[0] has 3 items, the data 4")):
         mmnpz.Loader(specs, sampler, 2, fields=[(labs[:3], 0.25)])
-    with pytest.raises(TypeError, match=re.escape("Loader: fields[1] must be an mmnpz.Dataset "
-                                                  "and its rate, not str")):
+    with pytest.raises(TypeError, match=re.escape("Loader: fields[1] must be a pair "
+                                                  "(mmnpz.Dataset, rate), not (str, ...)")):
         mmnpz.Loader(specs, sampler, 2, fields=[(labs, 0.25), ("labels", 0.25)])
 
 

@@ -225,6 +225,12 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
                                                "no full batch of 50",
         lambda: mmnpz.Loader(ds, sampler, 2, pad="fill").load_state_dict({"seed": 1}):
             "Loader.load_state_dict: the saved state has seed=1, this loader 0",
+        lambda: mmnpz.Loader(ds, sampler, 2, pad="fill", fields=[ds]):
+            "Loader: fields[0] must be a pair (mmnpz.Dataset, rate), not Dataset",
+        lambda: mmnpz.Loader(ds, sampler, 2, pad="fill", fields=[(2, ds)]):
+            "Loader: fields[0] must be a pair (mmnpz.Dataset, rate), not (int, ...)",
+        lambda: mmnpz.Loader(ds, sampler, 2, pad="fill", epochs=1.5):
+            "Loader: 'float' object cannot be interpreted as an integer",
         lambda: sampler.sample(-1): "Sampler.sample: epoch must not be negative, not -1",
         lambda: sampler.sample(0, -2): "Sampler.sample: position must not be negative, not -2",
         lambda: sampler.sample(0, 0, -3): "Sampler.sample: count must not be negative, not -3",
