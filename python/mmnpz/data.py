@@ -599,9 +599,14 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
         specs, starts, results, valids = _prepare(fields, starts, options, out_for, fill, valid)
         _mmnpz.gather(specs, starts, options)  # everything checked, then copied
     except _USER_ERRORS as e:
-        paths = [p for f in fields if isinstance(f[0], Dataset) for p in f[0].paths]
+        paths = [p for f in fields if _is_field(f) for p in f[0].paths]
         raise _in_user_words(e, "gather_fields", paths) from None
     return (results, valids) if valid else results
+
+
+def _is_field(field):
+    """Whether `field` is a tuple or list that starts with a Dataset."""
+    return isinstance(field, (tuple, list)) and bool(field) and isinstance(field[0], Dataset)
 
 
 def _new_out(field, shape, dtype):
@@ -614,9 +619,14 @@ def _prepare(fields, starts, options, out_for, fill, valid):
     the valid-rows arrays (None unless ``valid``)."""
     starts = _int64_vector(starts, "starts")
     specs, results, valids = [], [], []
-    for f, (ds, indices, rate) in enumerate(fields):
-        if not isinstance(ds, Dataset):
-            raise TypeError(f"fields must hold mmnpz.Dataset, not {type(ds).__name__}")
+    for f, field in enumerate(fields):
+        if not (_is_field(field) and len(field) == 3):
+            given = (f"a {type(field).__name__} of {len(field)} items, the first of type "
+                     f"{type(field[0]).__name__}" if isinstance(field, (tuple, list)) and field
+                     else type(field).__name__)
+            raise TypeError(f"fields[{f}] must be a triple (mmnpz.Dataset, indices, rate), not "
+                            f"{given}")
+        ds, indices, rate = field
         indices = ds._to_base(_int64_vector(indices, "indices"))
         r = _core.rate(rate)
         rows = _mmnpz.field_length(options.length, r.numerator, r.denominator)

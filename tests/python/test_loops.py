@@ -231,6 +231,11 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
             "Loader: fields[0] must be a pair (mmnpz.Dataset, rate), not (int, ...)",
         lambda: mmnpz.Loader(ds, sampler, 2, pad="fill", epochs=1.5):
             "Loader: 'float' object cannot be interpreted as an integer",
+        lambda: mmnpz.gather_fields([(ds, [0])], [0], 2):
+            "gather_fields: fields[0] must be a triple (mmnpz.Dataset, indices, rate), not a "
+            "tuple of 2 items, the first of type Dataset",
+        lambda: mmnpz.gather_fields([5], [0], 2):
+            "gather_fields: fields[0] must be a triple (mmnpz.Dataset, indices, rate), not int",
         lambda: sampler.sample(-1): "Sampler.sample: epoch must not be negative, not -1",
         lambda: sampler.sample(0, -2): "Sampler.sample: position must not be negative, not -2",
         lambda: sampler.sample(0, 0, -3): "Sampler.sample: count must not be negative, not -3",
