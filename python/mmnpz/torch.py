@@ -231,6 +231,11 @@ class ExcerptBatches(torch.utils.data.Dataset):
         for name, field in fields:
             if not isinstance(name, str) or name in _RESERVED:
                 raise ValueError(f"a field cannot be named {name!r} (reserved: {_RESERVED})")
+            is_sequence = isinstance(field, (tuple, list))
+            if not (is_sequence and len(field) == 3):
+                given = type(field).__name__ + (f" of {len(field)}" if is_sequence else "")
+                raise TypeError(f"ExcerptBatches: field {name!r} must be a triple (source, "
+                                f"select, rate), not {given}")
             field_source, field_select, rate = field
             self._fields.append((name, source if field_source is None else field_source,
                                  field_select, rate))

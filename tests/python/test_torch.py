@@ -275,6 +275,10 @@ def test_refuses_what_it_cannot_turn_into_tensors(tmp_path, shards):
     with pytest.raises(ValueError, match="a field cannot be named 'valid'"):
         ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=2,
                        fields={"valid": (None, "*_labels", 0.25)})
+    with pytest.raises(TypeError, match=r"^ExcerptBatches: field 'labels' must be a triple "
+                                        r"\(source, select, rate\), not tuple of 2$"):
+        ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=2,
+                       fields={"labels": (None, "*_labels")})
     big_endian = tmp_path / "be.npz"
     np.savez(big_endian, a=np.zeros((10, 2), ">f4"))
     with pytest.raises(TypeError, match="field 'data': items of dtype >f4 cannot become "
