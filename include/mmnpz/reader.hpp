@@ -80,6 +80,7 @@ class reader {
   reader(const std::string& path, const reader_options& options);
 
   /// Opens an archive held in memory (copied once). `display_name` appears in errors.
+  /// errc::invalid_argument for a null `data` of a non-zero `size`.
   static reader from_bytes(const void* data, std::size_t size,
                            std::string display_name = "<memory>");
 

@@ -397,8 +397,8 @@ class archive {
     const member_info& m = dir_.members[index];
     if (from > d.contents_size || n > d.contents_size - from) {
       throw errors::invalid_argument(path_, m.name, error::no_offset,
-                                     "copy_bytes: bytes [" + std::to_string(from) + ", " +
-                                         std::to_string(from + n) + ") are not within its " +
+                                     "copy_bytes: " + std::to_string(n) + " bytes from byte " +
+                                         std::to_string(from) + " are not within its " +
                                          std::to_string(d.contents_size));
     }
     detail::mapped_copy job{contents(d) + from, n, out};
@@ -880,6 +880,10 @@ reader::reader(const std::string& path, const reader_options& options) {
 }
 
 reader reader::from_bytes(const void* data, std::size_t size, std::string display_name) {
+  if (!data && size != 0) {
+    throw errors::invalid_argument(display_name, "from_bytes: the data is null but its size is " +
+                                                     std::to_string(size));
+  }
   return reader(std::make_shared<const archive>(
       std::move(display_name), detail::file_source::in_memory(detail::copy_bytes(data, size))));
 }

@@ -87,7 +87,7 @@ TEST_SUITE("reader") {
     CHECK_FALSE(mixed.is_array(*mixed.find("readme.txt")));
   }
 
-  TEST_CASE("a default view and a reader moved from refuse to be read, they do not crash") {
+  TEST_CASE("a default view, a reader moved from and null bytes are refused, never crashed on") {
     const mmnpz::array_view none;
     CHECK_FALSE(none);
     const std::string says =
@@ -112,6 +112,13 @@ TEST_SUITE("reader") {
     CHECK(r.descriptor() == -1);                          // NOLINT(bugprone-use-after-move)
     r = taken;
     CHECK(r["x"].data_as<float>()[1] == 2.0f);
+    // Bytes that are not there: refused, not read from null.
+    CHECK_THROWS_WITH_AS(mmnpz::reader::from_bytes(nullptr, 5, "n.npz"),
+                         "n.npz: from_bytes: the data is null but its size is 5", mmnpz::error);
+    CHECK_THROWS_WITH_AS(mmnpz::reader::from_bytes(nullptr, 0, "n.npz"),
+                         "n.npz: not a ZIP archive: 0 bytes is too small for an end of central "
+                         "directory record",
+                         mmnpz::error);
   }
 
   TEST_CASE("views keep the mapping alive after the reader is gone") {
@@ -756,8 +763,14 @@ TEST_SUITE("reader: reads") {
     r.copy_bytes(0, part.data(), 12345, part.size());
     CHECK(std::memcmp(part.data(), blob.data() + 12345, part.size()) == 0);
     CHECK_THROWS_WITH_AS(r.copy_bytes(0, part.data(), blob.size() - 999, 1000),
-                         (path + ": member 'blob': copy_bytes: bytes [261145, 262145) are not "
-                                 "within its 262144")
+                         (path + ": member 'blob': copy_bytes: 1000 bytes from byte 261145 are "
+                                 "not within its 262144")
+                             .c_str(),
+                         mmnpz::error);
+    // A range whose end wraps past 2^64 is told by its start and length, not a wrapped end.
+    CHECK_THROWS_WITH_AS(r.copy_bytes(0, part.data(), ~std::uint64_t{0} - 2, 4),
+                         (path + ": member 'blob': copy_bytes: 4 bytes from byte "
+                                 "18446744073709551613 are not within its 262144")
                              .c_str(),
                          mmnpz::error);
     const auto start = static_cast<std::uint64_t>(b.data - r.file_bytes().data);
