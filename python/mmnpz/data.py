@@ -548,8 +548,9 @@ def _fill_bytes(pad, fill, dtype):
     """The fill element in `dtype` (empty: zeros, or no filling). ValueError for a value out of
     the dtype's range (300 in uint8, 1e300 in float32), which numpy would wrap or overflow with
     only a warning."""
-    if pad != "fill":
-        return b""
+    if pad != "fill" or (isinstance(fill, (int, float, np.number)) and fill == 0
+                         and not np.signbit(fill)):
+        return b""  # zeros, in every dtype (0 in a string dtype would be the character "0")
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)  # numpy 1.x: an int out of bounds
         warnings.simplefilter("error", RuntimeWarning)  # an overflow in the cast
@@ -558,7 +559,7 @@ def _fill_bytes(pad, fill, dtype):
         except (DeprecationWarning, RuntimeWarning, OverflowError):
             raise ValueError(f"fill {fill!r} is out of the range of the data's dtype "
                              f"{np.dtype(dtype)}") from None
-    return element if any(element) else b""  # all zeros (not -0.0): what no fill gives
+    return element
 
 
 def _out_array(out, shape, dtype):

@@ -223,6 +223,13 @@ def test_a_fill_out_of_the_dtypes_range_is_refused_and_every_other_fill_kept_bit
     for fill in (-0.0, np.inf, 0.0, 0):  # -0.0 is not zeros: its sign is kept
         got = f32.gather([0], [0], 4, pad="fill", fill=fill)[0, 3]
         assert got.tobytes() == np.full(2, fill, "<f4").tobytes(), fill
+    # A zero fill (the default) pads with zero bytes in every dtype, not with "0" in a string.
+    with mmnpz.NpzWriter(tmp_path / "s.npz") as w:
+        w.write("s", np.array([[b"ab"], [b"cd"]], "S3"))
+    strings = mmnpz.Dataset(tmp_path / "s.npz")
+    for fill in (0, 0.0, np.int64(0)):
+        assert strings.gather([0], [0], 3, pad="fill", fill=fill)[0].tolist() == [
+            [b"ab"], [b"cd"], [b""]], fill
 
 
 def test_fields_at_other_frame_rates_take_the_same_window(tmp_path):
