@@ -31,8 +31,7 @@ def _lzma_decompressor(stored, fail):
     if len(stored) < 4 + length:
         fail("its LZMA properties are cut short")
     try:
-        filters = [lzma._decode_filter_properties(  # pylint: disable=protected-access
-            lzma.FILTER_LZMA1, stored[4:4 + length])]
+        filters = [lzma._decode_filter_properties(lzma.FILTER_LZMA1, stored[4:4 + length])]
     except lzma.LZMAError as e:
         fail(f"its LZMA properties are bad ({e})")
     return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters), 4 + length

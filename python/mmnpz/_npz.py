@@ -456,9 +456,8 @@ class NpzReader(collections.abc.Mapping):
             method = _methods.METHODS[member["method"]]
             raise ValueError(f"{self._path}: 'r+' cannot write into {method} member "
                              f"{member['name']!r}")
-        return np.lib.format.read_array(
-            io.BytesIO(data), allow_pickle=self.allow_pickle, pickle_kwargs=self._pickle_kwargs,
-            max_header_size=(1 << 64) if self.allow_pickle else self._max_header_size)
+        return _load_npy(io.BytesIO(data), None, self.allow_pickle, self._pickle_kwargs,
+                         self._max_header_size)
 
     def _track(self, index):
         """Notes a stored member handed out writable, for the CRC-32 update."""
@@ -528,7 +527,7 @@ class NpzReader(collections.abc.Mapping):
                 return MemberInfo(member["name"], "bytes", None, None, None, None, len(data),
                                   True, None)
             f = io.BytesIO(data)
-            shape, fortran_order, dtype = np.lib.format._read_array_header(  # noqa: SLF001
+            shape, fortran_order, dtype = np.lib.format._read_array_header(
                 f, np.lib.format.read_magic(f), max_header_size=1 << 64)
             if dtype.hasobject:
                 return MemberInfo(member["name"], "object", None, None, None, None, len(data),

@@ -554,6 +554,20 @@ def test_bzip2_and_lzma_members_read_as_numpy_reads_them(tmp_path, arrays, compr
             info.offset) == ("array", np.dtype(">i4"), (2, 3), True, True, None)
     assert npz.info("o").kind == "object" and npz.info("text").kind == "bytes"
     assert npz.info("plain").compressed is False
+    # max_header_size as numpy applies it (allow_pickle lifts it).
+    wide = np.zeros(2, dtype=[(f"f{k}" + "x" * 40, "<f4") for k in range(400)])
+    long_header = _zip_of_npys(tmp_path / "long.npz", compression, {"w": wide})
+    with pytest.raises(ValueError, match=r"^Header info length \(\d+\) is large"):
+        np.load(long_header)["w"]
+    with pytest.raises(ValueError, match=r"^Header info length \(\d+\) is large"):
+        mmnpz.load(long_header)["w"]
+    assert_same_array(mmnpz.load(long_header, allow_pickle=True)["w"], wide, "wide")
+    assert_same_array(mmnpz.load(long_header, max_header_size=10**6)["w"], wide, "wide")
+    # The C++ side (Dataset, gather) does not decode them, and says so.
+    with pytest.raises(mmnpz.FormatError, match=f"^{re.escape(str(path))}: member 'a.npy' at "
+                                                f"offset 0: compression method {compression} "
+                                                "is not supported"):
+        mmnpz.Dataset(path, select="a")
     method = "bzip2" if compression == zipfile.ZIP_BZIP2 else "LZMA"
     with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: 'r\\+' cannot write into "
                                          f"{method} member 'a.npy'$"):
