@@ -516,7 +516,8 @@ class NpzReader(collections.abc.Mapping):
         return len(self.files) if self._reader is None else len(self._reader)
 
     def info(self, name):
-        """A :class:`MemberInfo` for member ``name`` (decodes its headers, reads no data)."""
+        """A :class:`MemberInfo` for member ``name`` (decodes its headers, reads no data; a
+        bzip2 or LZMA member, which only Python decodes, is decoded whole)."""
         reader = self._open_reader()
         index = self._index(name)
         member = reader.member(index)
