@@ -284,11 +284,10 @@ class Dataset:
         return reader
 
     def _check(self, index):
-        index = operator.index(index)
-        if index < 0:
-            index += len(self)
+        given = operator.index(index)
+        index = given + len(self) if given < 0 else given
         if not 0 <= index < len(self):
-            raise IndexError(f"index {index} is out of range for a dataset of {len(self)} items")
+            raise IndexError(f"index {given} is out of range for a dataset of {len(self)} items")
         return index
 
     def _base_index(self, index):
@@ -340,7 +339,8 @@ class Dataset:
         ``seed`` and its member name (a stable hash), so an item stays in its part when
         items are added or removed. Items of the same name are in the same part."""
         fractions = [float(f) for f in fractions]
-        if not fractions or min(fractions) <= 0 or sum(fractions) > 1 + 1e-9:
+        # not (f > 0) refuses NaN too, which min() and sum() would let through.
+        if not fractions or not all(f > 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
             raise ValueError(f"split: fractions must be positive and sum to at most 1, not "
                              f"{fractions}")
         position = _name_hash(self.names, operator.index(seed))
@@ -446,6 +446,8 @@ def _name_hash(names, seed):
     """A stable position in [0, 1) for each name: its BLAKE2b hash keyed by ``seed``
     (hashlib.blake2b(name, digest_size=8, key=seed as 16 bytes), as a fraction of 2**64;
     computed in C++)."""
+    if not -(1 << 127) <= seed < 1 << 127:
+        raise ValueError(f"split: seed {seed} does not fit in 128 bits (a signed integer)")
     key = seed.to_bytes(16, "little", signed=True)
     names = np.ascontiguousarray(names)
     if names.dtype.kind != "U":

@@ -83,6 +83,9 @@ def test_a_shard_spec_opens_every_shard_in_order_with_numpys_lengths_and_layouts
         ds.index("nope")
     with pytest.raises(IndexError, match="index 21 is out of range for a dataset of 21 items"):
         ds[21]
+    assert np.array_equal(ds[-21], ds[0])
+    with pytest.raises(IndexError, match="^index -22 is out of range for a dataset of 21 items$"):
+        ds[-22]
 
 
 def test_lists_globs_and_interleaving_number_items_as_documented(tmp_path):

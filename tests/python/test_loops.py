@@ -394,6 +394,18 @@ def test_a_split_is_stable_when_items_are_added(tmp_path):
         old.split([0.8, 0.3])
 
 
+def test_a_split_refuses_nan_fractions_and_seeds_beyond_128_bits(tmp_path):
+    write_shards(tmp_path, shards=1, per_shard=10)
+    ds = mmnpz.Dataset(tmp_path / "train@1.npz")
+    with pytest.raises(ValueError, match=r"^split: fractions must be positive and sum to at "
+                                         r"most 1, not \[nan, 0\.5\]$"):
+        ds.split([float("nan"), 0.5])
+    with pytest.raises(ValueError, match=r"^split: seed 170141183460469231731687303715884105728 "
+                                         r"does not fit in 128 bits \(a signed integer\)$"):
+        ds.split([0.5, 0.5], seed=2**127)
+    assert sum(len(part) for part in ds.split([0.5, 0.5], seed=-2**127)) == 10
+
+
 def test_a_split_puts_each_item_where_the_keyed_blake2b_of_its_name_says(tmp_path):
     """The part of an item is fixed by hashlib.blake2b(name, digest_size=8, key=seed as 16
     little-endian bytes) as a fraction of 2**64: splits made by earlier versions (which called
