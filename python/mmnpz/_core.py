@@ -61,6 +61,16 @@ def rank_and_world(rank, world_size):
             auto_world if world_size is None else world_size)
 
 
+def integer(value, what):
+    """``value`` as a Python int when it is an integer (a bool or a numpy integer too, as numpy
+    takes them for sizes); TypeError naming ``what`` for a float, a string or anything else
+    that int() would have truncated or parsed."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+
+
 #: The options a loader's state_dict() holds beside its place, which must agree on resume.
 RESUME_KEYS = ("seed", "kind", "batch_size", "rank", "world_size")
 

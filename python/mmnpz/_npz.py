@@ -5,6 +5,7 @@ import collections
 import collections.abc
 import io
 import mmap
+import numbers
 import os
 import pickle
 import shutil
@@ -896,7 +897,8 @@ class NpzWriter:
         manager, or call ``commit()``; the member exists only once all its bytes arrived."""
         dtype = np.dtype(dtype)
         descr = self._descr(name, np.empty(0, dtype))
-        shape = tuple(int(n) for n in shape)
+        shape = (shape,) if isinstance(shape, numbers.Integral) else shape  # as numpy takes it
+        shape = tuple(_core.integer(n, f"member {name!r}: each entry of shape") for n in shape)
         with self._lock:
             stream = self._open_writer().begin(name, descr, shape, bool(fortran_order))
         return _MemberStream(stream, dtype)

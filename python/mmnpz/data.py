@@ -375,7 +375,7 @@ class Dataset:
         """
         # The one-field case without gather_fields' generality: this runs once per batch.
         try:
-            length = int(length)
+            length = _core.integer(length, "length")
             options = _excerpt_options(length, pad, operator.index(threads), io)
             indices = self._to_base(_int64_vector(indices, "indices"))
             starts = _int64_vector(starts, "starts")
@@ -591,7 +591,8 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     See Dataset.gather for the rest.
     """
     try:
-        options = _excerpt_options(int(length), pad, operator.index(threads), io)
+        options = _excerpt_options(_core.integer(length, "length"), pad,
+                                   operator.index(threads), io)
         if outs is None:
             out_for = _new_out
         elif len(outs) != len(fields):
@@ -683,9 +684,12 @@ class Sampler:
                 raise ValueError(f"pad must be one of 'none', 'fill', 'wrap' or None, not "
                                  f"{pad!r}")
             options = _mmnpz.SamplerOptions(
-                kind=kind, seed=int(seed), length=int(length), hop=int(hop),
+                kind=kind, seed=_core.integer(seed, "seed"),
+                length=_core.integer(length, "length"), hop=_core.integer(hop, "hop"),
                 shuffle_windows=shuffle_windows, random_crop=random_crop,
-                num_samples=int(num_samples), rank=int(rank), world_size=int(world_size),
+                num_samples=_core.integer(num_samples, "num_samples"),
+                rank=_core.integer(rank, "rank"),
+                world_size=_core.integer(world_size, "world_size"),
                 drop_remainder=drop_remainder, pad_short_items=pad in ("fill", "wrap"))
             lengths = _int64_vector(dataset.lengths if dataset is not None else lengths,
                                     "lengths")
@@ -725,8 +729,10 @@ class Sampler:
     def sample(self, epoch, position=0, count=None):
         """(indices, starts) int64 arrays: this rank's samples [position, position + count) of
         ``epoch`` (count: to the end of the epoch)."""
-        epoch, position = operator.index(epoch), operator.index(position)
-        count = max(0, len(self) - position) if count is None else operator.index(count)
+        epoch = _core.integer(epoch, "Sampler.sample: epoch")
+        position = _core.integer(position, "Sampler.sample: position")
+        count = (max(0, len(self) - position) if count is None
+                 else _core.integer(count, "Sampler.sample: count"))
         for what, value in (("epoch", epoch), ("position", position), ("count", count)):
             if value < 0:
                 raise ValueError(f"Sampler.sample: {what} must not be negative, not {value}")
@@ -926,12 +932,13 @@ class Loader:
             epochs = 1
         try:
             excerpt = _mmnpz.ExcerptOptions(
-                length=sampler.length if length is None else int(length), pad=pad,
+                length=sampler.length if length is None else _core.integer(length, "length"),
+                pad=pad,
                 threads=threads)
             options = _mmnpz.LoaderOptions(
-                batch_size=int(batch_size), excerpt=excerpt,
-                epochs=None if epochs is None else operator.index(epochs),
-                prefetch=operator.index(prefetch),
+                batch_size=_core.integer(batch_size, "batch_size"), excerpt=excerpt,
+                epochs=None if epochs is None else _core.integer(epochs, "epochs"),
+                prefetch=_core.integer(prefetch, "prefetch"),
                 drop_last=drop_last)
             self.batches_per_epoch = _mmnpz.batches_per_epoch(options, sampler._s)
             if excerpt.pad == "none":

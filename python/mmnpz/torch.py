@@ -218,8 +218,9 @@ class ExcerptBatches(torch.utils.data.Dataset):
                  order="concatenate", fields=(), threads=None, io="auto"):
         try:
             options = _mmnpz.LoaderOptions(
-                batch_size=batch_size, drop_last=drop_last,
-                excerpt=_mmnpz.ExcerptOptions(length=length, pad=pad, threads=threads or 0))
+                batch_size=_core.integer(batch_size, "batch_size"), drop_last=drop_last,
+                excerpt=_mmnpz.ExcerptOptions(length=_core.integer(length, "length"), pad=pad,
+                                              threads=threads or 0))
         except _USER_ERRORS as e:
             raise _in_user_words(e, "ExcerptBatches") from None
         rank, world_size = _core.rank_and_world(rank, world_size)
@@ -245,11 +246,17 @@ class ExcerptBatches(torch.utils.data.Dataset):
             raise ValueError(f"field names must be distinct and not clash with "
                              f"'<name>_valid': {names}")
         self._source, self._select, self._order, self._io = source, select, order, io
-        self._sampler_options = dict(
-            kind=kind, seed=int(seed), length=int(length), hop=int(hop),
-            shuffle_windows=bool(shuffle_windows), random_crop=bool(random_crop),
-            num_samples=int(num_samples), rank=int(rank), world_size=int(world_size),
-            drop_remainder=bool(drop_remainder), pad=None if pad == "none" else pad)
+        try:
+            self._sampler_options = dict(
+                kind=kind, seed=_core.integer(seed, "seed"), length=options.excerpt.length,
+                hop=_core.integer(hop, "hop"), shuffle_windows=bool(shuffle_windows),
+                random_crop=bool(random_crop),
+                num_samples=_core.integer(num_samples, "num_samples"),
+                rank=_core.integer(rank, "rank"),
+                world_size=_core.integer(world_size, "world_size"),
+                drop_remainder=bool(drop_remainder), pad=None if pad == "none" else pad)
+        except _USER_ERRORS as e:
+            raise _in_user_words(e, "ExcerptBatches") from None
         self.batch_size, self.length = options.batch_size, options.excerpt.length
         self.pad, self.fill, self.drop_last, self.threads = pad, fill, bool(drop_last), threads
         self.epoch = 0

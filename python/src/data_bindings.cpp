@@ -500,6 +500,9 @@ void bind_sampler(py::module_& m) {
       .def_property_readonly("rank_size", &mmnpz::sampler::rank_size)
       .def("sample", [](const mmnpz::sampler& s, std::uint64_t epoch, std::uint64_t position,
                         std::size_t count) {
+        if (position > s.rank_size() || count > s.rank_size() - position) {
+          s.fill(epoch, position, count, nullptr, nullptr);  // throws: not an array of count
+        }
         py::array_t<std::int64_t> indices(static_cast<py::ssize_t>(count));
         py::array_t<std::int64_t> starts(static_cast<py::ssize_t>(count));
         auto* i = indices.mutable_data();

@@ -236,11 +236,15 @@ void sampler::fill(std::uint64_t epoch, std::uint64_t position, std::size_t coun
                    std::int64_t* indices, std::int64_t* starts) const {
   const std::uint64_t size = rank_size();
   if (position > size || count > size - position) {
-    throw errors::out_of_range(
-        "<sampler>", "positions [" + std::to_string(position) + ", " +
-                         std::to_string(position + count) + ") run past the end of the epoch (" +
-                         std::to_string(size) + " samples for rank " + std::to_string(o_.rank) +
-                         " of " + std::to_string(o_.world_size) + ")");
+    const std::string range =
+        count > std::numeric_limits<std::uint64_t>::max() - position  // the end would wrap
+            ? std::to_string(count) + " positions from " + std::to_string(position)
+            : "positions [" + std::to_string(position) + ", " + std::to_string(position + count) +
+                  ")";
+    throw errors::out_of_range("<sampler>", range + " run past the end of the epoch (" +
+                                                std::to_string(size) + " samples for rank " +
+                                                std::to_string(o_.rank) + " of " +
+                                                std::to_string(o_.world_size) + ")");
   }
   // One permutation for the whole call (its keys cost more than an element).
   if (o_.kind == sampling::shuffle) {

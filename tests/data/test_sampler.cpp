@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "mmnpz/mmnpz.hpp"
 
@@ -273,6 +275,16 @@ TEST_SUITE("sampler") {
     CHECK_THROWS_WITH_AS(s.fill(0, 3, 4, i, st),
                          "<sampler>: positions [3, 7) run past the end of the epoch (5 samples "
                          "for rank 0 of 1)",
+                         mmnpz::error);
+    // Checked before anything is written: the outputs of a refused call may be null.
+    CHECK_THROWS_WITH_AS(s.fill(0, 3, 4, nullptr, nullptr),
+                         "<sampler>: positions [3, 7) run past the end of the epoch (5 samples "
+                         "for rank 0 of 1)",
+                         mmnpz::error);
+    CHECK_THROWS_WITH_AS(s.fill(0, 3, SIZE_MAX, nullptr, nullptr),
+                         ("<sampler>: " + std::to_string(SIZE_MAX) +
+                          " positions from 3 run past the end of the epoch (5 samples for rank 0 "
+                          "of 1)").c_str(),
                          mmnpz::error);
   }
 

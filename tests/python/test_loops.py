@@ -230,7 +230,31 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
         lambda: mmnpz.Loader(ds, sampler, 2, pad="fill", fields=[(2, ds)]):
             "Loader: fields[0] must be a pair (mmnpz.Dataset, rate), not (int, ...)",
         lambda: mmnpz.Loader(ds, sampler, 2, pad="fill", epochs=1.5):
-            "Loader: 'float' object cannot be interpreted as an integer",
+            "Loader: epochs must be an integer, not float",
+        # Sizes, seeds and ranks given as floats or strings were truncated or parsed by int().
+        lambda: mmnpz.Loader(ds, sampler, 2.5): "Loader: batch_size must be an integer, not "
+                                                "float",
+        lambda: mmnpz.Loader(ds, sampler, 2, length=1.9): "Loader: length must be an integer, "
+                                                          "not float",
+        lambda: mmnpz.Loader(ds, sampler, 2, prefetch="2"): "Loader: prefetch must be an "
+                                                            "integer, not str",
+        lambda: mmnpz.Sampler(ds, seed=1.5): "Sampler: seed must be an integer, not float",
+        lambda: mmnpz.Sampler(ds, length="2"): "Sampler: length must be an integer, not str",
+        lambda: mmnpz.Sampler(ds, "sliding", length=2, hop=1.0): "Sampler: hop must be an "
+                                                                 "integer, not float",
+        lambda: mmnpz.Sampler(ds, "replacement", num_samples=4.0): "Sampler: num_samples must "
+                                                                   "be an integer, not float",
+        lambda: mmnpz.Sampler(ds, rank=0.0, world_size=1): "Sampler: rank must be an integer, "
+                                                           "not float",
+        lambda: mmnpz.Sampler(ds, rank=0, world_size=1.0): "Sampler: world_size must be an "
+                                                           "integer, not float",
+        lambda: ds.gather([0], [0], 2.5): "Dataset.gather: length must be an integer, not "
+                                          "float",
+        lambda: mmnpz.gather_fields([(ds, [0], 1)], [0], 2.5): "gather_fields: length must be "
+                                                               "an integer, not float",
+        lambda: sampler.sample(0, 5, 2**40): "Sampler.sample: positions [5, 1099511627781) run "
+                                             "past the end of the epoch (21 samples for rank 0 "
+                                             "of 1)",
         lambda: mmnpz.gather_fields([(ds, [0])], [0], 2):
             "gather_fields: fields[0] must be a triple (mmnpz.Dataset, indices, rate), not a "
             "tuple of 2 items, the first of type Dataset",
@@ -239,7 +263,9 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
         lambda: sampler.sample(-1): "Sampler.sample: epoch must not be negative, not -1",
         lambda: sampler.sample(0, -2): "Sampler.sample: position must not be negative, not -2",
         lambda: sampler.sample(0, 0, -3): "Sampler.sample: count must not be negative, not -3",
-        lambda: sampler.sample(1.5): "'float' object cannot be interpreted as an integer",
+        lambda: sampler.sample(1.5): "Sampler.sample: epoch must be an integer, not float",
+        lambda: sampler.sample(0, 0, 2.0): "Sampler.sample: count must be an integer, not "
+                                           "float",
         lambda: mmnpz.Dataset(spec, order="zip"): "Dataset: order must be one of "
                                                   "'concatenate', 'interleave', not 'zip'",
         lambda: mmnpz.Dataset([]): "Dataset: no archives given",

@@ -300,6 +300,20 @@ def test_bad_options_are_refused_in_the_words_of_the_call_made(shards, options, 
         loader(spec(shards), **arguments)
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(batch_size=2.5), "batch_size must be an integer, not float"),
+    (dict(length=7.9), "length must be an integer, not float"),
+    (dict(seed=1.5), "seed must be an integer, not float"),
+    (dict(hop="2"), "hop must be an integer, not str"),
+    (dict(rank=0.0, world_size=1), "rank must be an integer, not float")])
+def test_sizes_seeds_and_ranks_that_are_not_integers_are_refused_not_truncated(
+        shards, options, message):
+    arguments = dict(select="clip??", length=LENGTH, batch_size=2, pad="fill")
+    arguments.update(options)
+    with pytest.raises(TypeError, match=f"^ExcerptBatches: {re.escape(message)}$"):
+        ExcerptBatches(spec(shards), **arguments)
+
+
 def test_a_copy_refuses_archives_that_changed_since_it_was_made(tmp_path):
     items = write_shards(tmp_path, [3])
     path = items[0][0]

@@ -124,9 +124,17 @@ def test_object_arrays_are_refused_before_a_byte_is_written(tmp_path):
         with pytest.raises(ValueError):
             writer.begin("o", object, (2,))
         assert path.stat().st_size == size
+        for shape, kind in (((2.5,), "float"), (("3",), "str")):  # int() truncated or parsed
+            with pytest.raises(TypeError, match=f"^member 'f': each entry of shape must be an "
+                                                f"integer, not {kind}$"):
+                writer.begin("f", "<f4", shape)
+        assert path.stat().st_size == size
+        with writer.begin("n", "<i2", np.int64(3)) as stream:  # a size alone, as numpy takes it
+            stream.write(np.arange(3, dtype="<i2"))
         writer.write("b", np.arange(4))
     with np.load(path) as npz:
-        assert npz.files == ["a", "b"]
+        assert npz.files == ["a", "n", "b"]
+        assert np.array_equal(npz["n"], np.arange(3, dtype="<i2"))
 
 
 def test_a_header_longer_than_readers_accept_is_refused_before_a_byte_is_written(tmp_path):

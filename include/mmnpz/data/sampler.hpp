@@ -108,7 +108,8 @@ class sampler {
   /// Samples per epoch for this rank (see drop_remainder).
   std::uint64_t rank_size() const;
   /// Writes the samples at positions [position, position + count) of this rank's part of
-  /// `epoch`. Throws errc::out_of_range when they run past rank_size().
+  /// `epoch`. Throws errc::out_of_range when they run past rank_size(), before writing
+  /// anything (the outputs are then not used and may be null).
   void fill(std::uint64_t epoch, std::uint64_t position, std::size_t count, std::int64_t* indices,
             std::int64_t* starts) const;
   /// The epoch-wide position (0 <= p < epoch_size()) of this rank's `position`.
