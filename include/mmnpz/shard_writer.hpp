@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mmnpz/dtype.hpp"
@@ -89,6 +90,13 @@ class shard_writer {
                       const std::vector<std::uint64_t>& shape, bool fortran_order = false) const;
   /// The most that write_bytes() of `n` bytes under `name` adds to a shard's file.
   std::uint64_t bound_bytes(std::string_view name, std::uint64_t n) const;
+
+  /// For writing a group all or nothing, before its first write: refuses
+  /// (errc::invalid_argument, naming the member) the first of `members`, each (name, true)
+  /// for write() or (name, false) for write_bytes(), whose name write() or write_bytes() would
+  /// refuse: an invalid name, or unless allow_duplicate_names, one written before or named
+  /// earlier in the group. Refused after close().
+  void check_names(const std::vector<std::pair<std::string, bool>>& members) const;
 
   /// Keeps the next `items` members in one shard (an array and its metadata, say): begins a
   /// new shard now unless the current one is empty or has room for `items` more members of

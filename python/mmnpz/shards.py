@@ -124,17 +124,22 @@ class ShardWriter:
         """Writes ``(name, value)`` pairs into one shard (an array and its JSON sidecar, say):
         ``bytes``, ``bytearray`` and ``memoryview`` values as :meth:`write_bytes` does, others
         as :meth:`write`. A new shard begins first unless the current one has room for all of
-        them; members that together pass the limits get a shard of their own."""
-        prepared, total = [], 0
+        them; members that together pass the limits get a shard of their own. A member that
+        would be refused for its name (invalid, written before or repeated in the group) or its
+        value (an object array) refuses the whole group before any of it is written."""
+        prepared, total, checked = [], 0, []
         for name, value in members:
             if isinstance(value, (bytes, bytearray, memoryview)):
                 self._check_name(name)
                 total += self._writer.bound_bytes(name, memoryview(value).nbytes)
                 prepared.append((name, value, None))
+                checked.append((name, False))
             else:
                 array = self._array(name, value)
                 total += self._writer.bound(name, *array[1:])
                 prepared.append((name, None, array))
+                checked.append((name, True))
+        self._writer.check_names(checked)
         self._writer.keep_together(len(prepared), min(total, 2**64 - 1))
         for name, data, array in prepared:
             if array is None:

@@ -13,6 +13,7 @@
 #include "detail/errors.hpp"
 #include "mmnpz/npy.hpp"
 #include "mmnpz/writer.hpp"
+#include "npz/member_names.hpp"
 #include "npz/npy_plan.hpp"
 #include "npz/writer_files.hpp"
 #include "zip/format.hpp"
@@ -269,6 +270,26 @@ std::uint64_t shard_writer::bound(std::string_view name, const dtype& type,
 
 std::uint64_t shard_writer::bound_bytes(std::string_view name, std::uint64_t n) const {
   return saturating_add(n, member_overhead(name.size(), p_->opt.alignment));
+}
+
+void shard_writer::check_names(const std::vector<std::pair<std::string, bool>>& members) const {
+  p_->check_open();
+  std::unordered_set<std::string> listed;
+  for (const auto& [name, array] : members) {
+    if (const detail::name_refusal no = detail::refuse_member_name(name); !no.why.empty()) {
+      throw errors::invalid_argument(p_->path, no.shown, error::no_offset, no.why);
+    }
+    if (p_->opt.allow_duplicate_names) continue;
+    std::string full = array ? name + ".npy" : name;
+    if (p_->names.count(full)) {
+      throw errors::invalid_argument(p_->path, full, error::no_offset,
+                                     "a shard already has a member of that name");
+    }
+    if (!listed.insert(full).second) {
+      throw errors::invalid_argument(p_->path, full, error::no_offset,
+                                     "the group names it twice");
+    }
+  }
 }
 
 void shard_writer::keep_together(std::uint64_t items, std::uint64_t bytes) {

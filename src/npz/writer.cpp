@@ -23,9 +23,9 @@
 #include "detail/file_io.hpp"
 #include "detail/mapped_file.hpp"
 #include "detail/paths.hpp"
-#include "detail/utf8.hpp"
 #include "mmnpz/npy.hpp"
 #include "npz/directory_reads.hpp"
+#include "npz/member_names.hpp"
 #include "npz/npy_plan.hpp"
 #include "npz/writer_files.hpp"
 #include "zip/crc32.hpp"
@@ -100,21 +100,9 @@ struct writer::impl {
 
   // The member's full name: `name` + `suffix`, refused when invalid or taken.
   std::string checked_name(std::string_view name, std::string_view suffix = ".npy") const {
-    if (name.empty()) refuse(name, "a member name must not be empty");
-    if (const auto nul = name.find('\0'); nul != std::string_view::npos) {
-      // Shown with the NUL spelled out: a raw one would end the message.
-      refuse(std::string(name.substr(0, nul)) + "\\0" + std::string(name.substr(nul + 1)),
-             "a member name must not hold NUL");
+    if (const detail::name_refusal no = detail::refuse_member_name(name); !no.why.empty()) {
+      refuse(no.shown, no.why);
     }
-    if (name.front() == '/' || name.find('\\') != std::string_view::npos) {
-      refuse(name, "a member name must be a relative path with '/' separators");
-    }
-    if (name == ".." || name.substr(0, 3) == "../" || name.find("/../") != std::string_view::npos ||
-        (name.size() >= 3 && name.substr(name.size() - 3) == "/..")) {
-      refuse(name, "a member name must not contain '..' components");
-    }
-    if (!detail::is_valid_utf8(name)) refuse(name, "a member name must be valid UTF-8");
-    if (name.size() > 0xFFFF - 4) refuse(name, "a member name must be shorter than 65,532 bytes");
     std::string full(name);
     full += suffix;
     if (!opt.allow_duplicate_names && names.count(full)) {

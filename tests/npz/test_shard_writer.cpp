@@ -229,6 +229,53 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
         mmnpz::error);
   }
 
+  TEST_CASE("check_names refuses a group's names as writing them would, before any is written") {
+    const std::string dir = scratch_dir("shards_check_names");
+    mmnpz::shard_writer w(dir + "/n.npz");
+    const auto a = item(3);
+    w.write("x", a.data(), {3});
+    w.write_bytes("x.json", "{}", 2);
+    w.check_names({{"y", true}, {"y.json", false}, {"x", false}});  // "x.npy" is taken, not "x"
+    const auto refused = [&](std::vector<std::pair<std::string, bool>> group) {
+      try {
+        w.check_names(group);
+      } catch (const mmnpz::error& e) {
+        CHECK(e.code() == mmnpz::errc::invalid_argument);
+        return std::string(e.what());
+      }
+      return std::string("nothing refused");
+    };
+    const std::string at = dir + "/n.npz: ";
+    CHECK(refused({{"y", true}, {"x.json", false}}) ==
+          at + "member 'x.json': a shard already has a member of that name");
+    CHECK(refused({{"y", true}, {"x", true}}) ==
+          at + "member 'x.npy': a shard already has a member of that name");
+    CHECK(refused({{"y", true}, {"z", false}, {"y", true}}) ==
+          at + "member 'y.npy': the group names it twice");
+    CHECK(refused({{"y", true}, {"", false}}) == at + "a member name must not be empty");
+    CHECK(refused({{"y", true}, {std::string("a\0b", 3), false}}) ==
+          at + "member 'a\\0b': a member name must not hold NUL");
+    CHECK(refused({{"y", true}, {"../up", true}}) ==
+          at + "member '../up': a member name must not contain '..' components");
+    CHECK(refused({{"y", true}, {std::string(65532, 'n'), false}}).find(
+              "a member name must be shorter than 65,532 bytes") != std::string::npos);
+    // A name refused by check_names is refused by write_bytes() too: the rules are the same.
+    CHECK_THROWS_AS(w.write_bytes("", "", 0), mmnpz::error);
+    CHECK(w.items_written() == 2);
+    w.close();
+    mmnpz::shard_writer_options o;
+    o.allow_duplicate_names = true;
+    mmnpz::shard_writer d(dir + "/d.npz", o);
+    d.write("x", a.data(), {3});
+    d.check_names({{"x", true}, {"x", true}});
+    CHECK_THROWS_AS(d.check_names({{"x", true}, {"/abs", true}}), mmnpz::error);
+    d.close();
+    CHECK_THROWS_WITH_AS(
+        d.check_names({}),
+        (dir + "/d.npz: the shard writer is closed; nothing more can be written").c_str(),
+        mmnpz::error);
+  }
+
   TEST_CASE("writing nothing gives one empty shard") {
     const std::string dir = scratch_dir("shards_empty");
     mmnpz::shard_writer w(dir + "/e.npz");

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -156,3 +157,23 @@ def test_write_group_keeps_an_array_and_its_sidecar_in_one_shard(tmp_path):
         w.write_group([("big", np.zeros(4000, np.uint8)), ("big.json", b"{}")])
         w.write("t", a[:10])
     assert [mmnpz.load(p).files for p in w.paths] == [["s"], ["big", "big.json"], ["t"]]
+
+
+def test_a_group_with_a_member_that_would_be_refused_writes_none_of_it(tmp_path):
+    a = np.arange(4, dtype=np.int16)
+    with mmnpz.ShardWriter(tmp_path / "g.npz") as w:
+        w.write_group([("x", a), ("x.json", b"{}")])
+        for group, message in (
+                ([("y", a), ("x.json", b"{}")], "member 'x.json': a shard already has a member "
+                                                 "of that name"),
+                ([("y", a), ("y", a[:2])], "member 'y.npy': the group names it twice"),
+                ([("y", a), ("y.meta", np.array([None]))], "'y.meta': object arrays cannot be "
+                                                           "written"),
+                ([("y", a), ("", b"{}")], "g.npz: a member name must not be empty"),
+                ([("y", a), ("../y.json", b"{}")], "member '../y.json': a member name must not "
+                                                    "contain '..' components")):
+            with pytest.raises(ValueError, match=re.escape(message)):
+                w.write_group(group)
+        assert w.items_written == 2
+        w.write_group([("y", a), ("y.json", b"{}")])
+    assert mmnpz.load(w.paths[0]).files == ["x", "x.json", "y", "y.json"]
