@@ -71,6 +71,16 @@ def integer(value, what):
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
 
 
+def alignment(value, path):
+    """``value`` (an integer, see :func:`integer`) passed on as the C++ writers' alignment, which
+    they refuse unless it is a power of two from 1 to 65536: a value no C++ size_t holds is
+    refused here in the same words."""
+    value = integer(value, "align")
+    if not 0 <= value <= 1 << 16:
+        raise ValueError(f"{path}: alignment {value} is not a power of two from 1 to 65536")
+    return value
+
+
 #: The options a loader's state_dict() holds beside its place, which must agree on resume.
 RESUME_KEYS = ("seed", "kind", "batch_size", "rank", "world_size")
 

@@ -837,8 +837,9 @@ class NpzWriter:
         self._mode = mode
         # Held by every call (a strided write and a begun stream span several core calls).
         self._lock = threading.RLock()
-        self._writer = _mmnpz.Writer(_core.path(file), mode, align, allow_duplicate_names,
-                                     bool(durable), comment)
+        path = _core.path(file)
+        self._writer = _mmnpz.Writer(path, mode, _core.alignment(align, path),
+                                     bool(allow_duplicate_names), bool(durable), comment)
 
     def _open_writer(self):
         if self._writer is None:

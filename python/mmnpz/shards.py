@@ -4,7 +4,7 @@ import operator
 
 import numpy as np
 
-from . import _mmnpz
+from . import _core, _mmnpz
 from ._core import member_name as _member_name
 from ._core import path as _path
 from ._npz import _raw_bytes
@@ -53,7 +53,7 @@ class ShardWriter:
         path = _path(file)
         self._writer = _mmnpz.ShardWriter(
             path, _limit(max_bytes, "max_bytes", path), _limit(max_items, "max_items", path),
-            align, bool(allow_duplicate_names))
+            _core.alignment(align, path), bool(allow_duplicate_names))
 
     @property
     def path(self):

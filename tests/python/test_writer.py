@@ -2,6 +2,7 @@
 mmnpz, with every array's data aligned in the file."""
 
 import os
+import re
 import struct
 import tracemalloc
 import zipfile
@@ -91,6 +92,19 @@ def test_every_arrays_data_is_aligned(tmp_path, sample_arrays, align):
         assert info.alignment >= align, key
         assert info.offset % info.alignment == 0, key
         assert reader[key].__array_interface__["data"][0] % align == 0, key
+
+
+@pytest.mark.parametrize("writer", ["NpzWriter", "ShardWriter"])
+def test_an_alignment_out_of_range_or_not_an_integer_is_refused_by_name(tmp_path, writer):
+    path = str(tmp_path / "a.npz")
+    make = getattr(mmnpz, writer)
+    for bad in (3, 0, -64, 2**17, 2**70):  # 3, 0, 2**17 refused in C++; the others in Python
+        with pytest.raises(ValueError, match=f"^{re.escape(path)}: alignment {bad} is not a "
+                                             f"power of two from 1 to 65536$"):
+            make(path, align=bad)
+    with pytest.raises(TypeError, match="^align must be an integer, not float$"):
+        make(path, align=64.0)
+    assert not os.listdir(tmp_path)
 
 
 def test_a_large_strided_view_is_written_correctly_without_a_full_copy(scratch_path):
