@@ -106,8 +106,9 @@ class Dataset:
         else:
             self._specs = _specs(source, "Dataset")
             try:
-                self._options = _mmnpz.DatasetOptions(select=select or "", order=order,
-                                                      threads=threads, io=io)
+                self._options = _mmnpz.DatasetOptions(
+                    select=select or "", order=order,
+                    threads=_core.integer(threads, "Dataset: threads"), io=io)
                 self._d = _mmnpz.Dataset(self._specs, self._options)
             except (ValueError, IndexError, OverflowError) as e:
                 raise _in_user_words(e, "Dataset") from None
@@ -118,7 +119,7 @@ class Dataset:
             self._base = _Base(self._d)
             self._map = None
             self._cache = {}
-        min_length = operator.index(min_length)
+        min_length = _core.integer(min_length, "Dataset: min_length")
         if min_length < 0:
             raise ValueError(f"Dataset: min_length must not be negative, not {min_length}")
         if min_length > 0:
@@ -343,7 +344,7 @@ class Dataset:
         if not fractions or not all(f > 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
             raise ValueError(f"split: fractions must be positive and sum to at most 1, not "
                              f"{fractions}")
-        position = _name_hash(self.names, operator.index(seed))
+        position = _name_hash(self.names, _core.integer(seed, "split: seed"))
         bounds = np.cumsum(fractions)
         bounds[-1] = min(bounds[-1], 1.0) if abs(bounds[-1] - 1) > 1e-9 else 1.0
         part = np.searchsorted(bounds, position, side="right")
@@ -376,7 +377,7 @@ class Dataset:
         # The one-field case without gather_fields' generality: this runs once per batch.
         try:
             length = _core.integer(length, "length")
-            options = _excerpt_options(length, pad, operator.index(threads), io)
+            options = _excerpt_options(length, pad, _core.integer(threads, "threads"), io)
             indices = self._to_base(_int64_vector(indices, "indices"))
             starts = _int64_vector(starts, "starts")
             dtype, trailing = self._batch_layout(indices)
@@ -592,7 +593,7 @@ def gather_fields(fields, starts, length, *, outs=None, pad="none", fill=0, thre
     """
     try:
         options = _excerpt_options(_core.integer(length, "length"), pad,
-                                   operator.index(threads), io)
+                                   _core.integer(threads, "threads"), io)
         if outs is None:
             out_for = _new_out
         elif len(outs) != len(fields):
@@ -736,6 +737,9 @@ class Sampler:
         for what, value in (("epoch", epoch), ("position", position), ("count", count)):
             if value < 0:
                 raise ValueError(f"Sampler.sample: {what} must not be negative, not {value}")
+            if value >= 1 << 64:
+                raise ValueError(f"Sampler.sample: {what} {value} is too large for a 64-bit "
+                                 f"integer")
         try:
             return self._s.sample(epoch, position, count)
         except _USER_ERRORS as e:
@@ -934,7 +938,7 @@ class Loader:
             excerpt = _mmnpz.ExcerptOptions(
                 length=sampler.length if length is None else _core.integer(length, "length"),
                 pad=pad,
-                threads=threads)
+                threads=_core.integer(threads, "threads"))
             options = _mmnpz.LoaderOptions(
                 batch_size=_core.integer(batch_size, "batch_size"), excerpt=excerpt,
                 epochs=None if epochs is None else _core.integer(epochs, "epochs"),

@@ -23,6 +23,8 @@ def _limit(value, what, path):
         raise TypeError(f"{what} must be an int or None, not {type(value).__name__}") from None
     if value <= 0:
         raise ValueError(f"{path}: {what} must be positive, not {value}")
+    if value >= 1 << 64:
+        raise ValueError(f"{path}: {what} {value} is too large for a 64-bit integer")
     return value
 
 

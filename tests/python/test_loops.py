@@ -252,6 +252,17 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
                                           "float",
         lambda: mmnpz.gather_fields([(ds, [0], 1)], [0], 2.5): "gather_fields: length must be "
                                                                "an integer, not float",
+        lambda: sampler.sample(2**64): "Sampler.sample: epoch 18446744073709551616 is too "
+                                       "large for a 64-bit integer",
+        lambda: mmnpz.Dataset(spec, threads=None): "Dataset: threads must be an integer, not "
+                                                   "NoneType",
+        lambda: mmnpz.Dataset(spec, min_length=2.0): "Dataset: min_length must be an integer, "
+                                                     "not float",
+        lambda: ds.gather([0], [0], 2, threads=1.0): "Dataset.gather: threads must be an "
+                                                     "integer, not float",
+        lambda: mmnpz.Loader(ds, sampler, 2, threads="1"): "Loader: threads must be an "
+                                                           "integer, not str",
+        lambda: ds.split([0.5], seed=1.0): "split: seed must be an integer, not float",
         lambda: sampler.sample(0, 5, 2**40): "Sampler.sample: positions [5, 1099511627781) run "
                                              "past the end of the epoch (21 samples for rank 0 "
                                              "of 1)",

@@ -159,6 +159,15 @@ def test_write_group_keeps_an_array_and_its_sidecar_in_one_shard(tmp_path):
     assert [mmnpz.load(p).files for p in w.paths] == [["s"], ["big", "big.json"], ["t"]]
 
 
+def test_limits_past_64_bits_are_refused_by_name(tmp_path):
+    path = str(tmp_path / "l.npz")
+    for what in ("max_bytes", "max_items"):
+        with pytest.raises(ValueError, match=f"^{re.escape(path)}: {what} 1180591620717411303424 "
+                                             f"is too large for a 64-bit integer$"):
+            mmnpz.ShardWriter(path, **{what: 2**70})
+    assert not os.listdir(tmp_path)
+
+
 def test_a_group_with_a_member_that_would_be_refused_writes_none_of_it(tmp_path):
     a = np.arange(4, dtype=np.int16)
     with mmnpz.ShardWriter(tmp_path / "g.npz") as w:
