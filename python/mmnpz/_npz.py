@@ -900,6 +900,12 @@ class NpzWriter:
         descr = self._descr(name, np.empty(0, dtype))
         shape = (shape,) if isinstance(shape, numbers.Integral) else shape  # as numpy takes it
         shape = tuple(_core.integer(n, f"member {name!r}: each entry of shape") for n in shape)
+        if any(n < 0 for n in shape):  # numpy's words
+            raise ValueError(f"member {name!r}: negative dimensions are not allowed (shape "
+                             f"{shape})")
+        if any(n >= 1 << 64 for n in shape):
+            raise ValueError(f"member {name!r}: shape {shape} has an entry too large for a "
+                             f"64-bit integer")
         with self._lock:
             stream = self._open_writer().begin(name, descr, shape, bool(fortran_order))
         return _MemberStream(stream, dtype)

@@ -219,8 +219,9 @@ class ExcerptBatches(torch.utils.data.Dataset):
         try:
             options = _mmnpz.LoaderOptions(
                 batch_size=_core.integer(batch_size, "batch_size"), drop_last=drop_last,
-                excerpt=_mmnpz.ExcerptOptions(length=_core.integer(length, "length"), pad=pad,
-                                              threads=threads or 0))
+                excerpt=_mmnpz.ExcerptOptions(
+                    length=_core.integer(length, "length"), pad=pad,
+                    threads=0 if threads is None else _core.integer(threads, "threads")))
         except _USER_ERRORS as e:
             raise _in_user_words(e, "ExcerptBatches") from None
         rank, world_size = _core.rank_and_world(rank, world_size)

@@ -305,7 +305,8 @@ def test_bad_options_are_refused_in_the_words_of_the_call_made(shards, options, 
     (dict(length=7.9), "length must be an integer, not float"),
     (dict(seed=1.5), "seed must be an integer, not float"),
     (dict(hop="2"), "hop must be an integer, not str"),
-    (dict(rank=0.0, world_size=1), "rank must be an integer, not float")])
+    (dict(rank=0.0, world_size=1), "rank must be an integer, not float"),
+    (dict(threads=2.0), "threads must be an integer, not float")])
 def test_sizes_seeds_and_ranks_that_are_not_integers_are_refused_not_truncated(
         shards, options, message):
     arguments = dict(select="clip??", length=LENGTH, batch_size=2, pad="fill")

@@ -142,6 +142,12 @@ def test_object_arrays_are_refused_before_a_byte_is_written(tmp_path):
             with pytest.raises(TypeError, match=f"^member 'f': each entry of shape must be an "
                                                 f"integer, not {kind}$"):
                 writer.begin("f", "<f4", shape)
+        with pytest.raises(ValueError, match=r"^member 'f': negative dimensions are not "
+                                             r"allowed \(shape \(2, -1\)\)$"):
+            writer.begin("f", "<f4", (2, -1))
+        with pytest.raises(ValueError, match=r"^member 'f': shape \(1180591620717411303424,\) "
+                                             r"has an entry too large for a 64-bit integer$"):
+            writer.begin("f", "<f4", (2**70,))
         assert path.stat().st_size == size
         with writer.begin("n", "<i2", np.int64(3)) as stream:  # a size alone, as numpy takes it
             stream.write(np.arange(3, dtype="<i2"))
