@@ -915,6 +915,10 @@ class Loader:
     ``state_dict()`` after a batch says where the next one begins; a Loader given that state
     with ``load_state_dict`` yields exactly the batches that would have followed.
 
+    One pass at a time: a new ``iter()`` or ``load_state_dict`` ends the pass under way (the
+    next batch asked of it raises RuntimeError), so that two passes never yield the same
+    batches and a loaded place is not overwritten by a pass begun before it.
+
     Short items are decided when the Loader is made: with ``pad="none"``, a sampler that
     would draw an item shorter than ``length`` is a ValueError saying how many there are and
     naming the shortest (see Sampler).
@@ -969,6 +973,7 @@ class Loader:
         self.epochs, self.prefetch, self.drop_last = options.epochs, options.prefetch, drop_last
         self.fields = [(dataset, 1)] + [(d, r) for d, r in fields]
         self.epoch, self.position = 0, 0
+        self._passes = 0  # passes begun: a pass that is not the last one begun is ended
         self._excerpt = excerpt
         self._buffers = _Buffers((self.prefetch + 3) * len(self.fields))
 
@@ -1001,6 +1006,7 @@ class Loader:
                                  f"{self.sampler.rank}")
         except (TypeError, ValueError) as e:
             raise type(e)(f"Loader.load_state_dict: {e}") from None
+        self._passes += 1
         self.epoch, self.position = epoch, position
         self._next_epoch_when_done()
 
@@ -1047,12 +1053,20 @@ class Loader:
             self.epoch, self.position = self.epoch + 1, 0
 
     def __iter__(self):
+        self._passes += 1
+        return self._pass(self._passes)
+
+    def _pass(self, mine):
         # The batch to yield next and `prefetch` more are being gathered by the C++ pool's
         # workers while the caller works; waiting for one lends a hand with it.
         jobs = self._schedule()
         window = collections.deque()  # (batch, pending) or (exception, None), in order
         try:
             while True:
+                if self._passes != mine:
+                    raise RuntimeError("Loader: this pass was ended by a newer iter() or "
+                                       "load_state_dict() of the same loader; iterate the "
+                                       "loader again to go on from its place")
                 while len(window) <= self.prefetch and not (window and window[-1][1] is None):
                     job = next(jobs, None)
                     if job is None:

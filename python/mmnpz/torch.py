@@ -562,6 +562,7 @@ class ExcerptLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, batch_size=None, sampler=dataset.sampler(), **options)
         self._taken = None  # (epoch, b) of the last batch taken in the last pass
         self._passes_before = 0  # the dataset's passes begun before the last pass
+        self._iterations = 0  # iter() and load_state_dict() calls: the last one's pass is live
 
     def _get_iterator(self):
         if self.num_workers == 0:
@@ -570,7 +571,8 @@ class ExcerptLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         self._taken, self._passes_before = None, self.dataset._passes
-        return _Pass(super().__iter__(), self)
+        self._iterations += 1
+        return _Pass(super().__iter__(), self, self._iterations)
 
     def state_dict(self):
         """Where the next batch begins (this rank's sample position in its epoch), plus the
@@ -602,6 +604,7 @@ class ExcerptLoader(torch.utils.data.DataLoader):
         if b == len(batches):  # the end of the epoch: the start of the next
             epoch, b = epoch + 1, 0
         batches.epoch, batches._next = epoch, (epoch, b)
+        self._iterations += 1  # ends the pass under way
 
 
 # Seconds between checks that the other side of a worker protocol still lives (torch's
@@ -850,15 +853,22 @@ class _Workers:
 
 
 class _Pass:
-    """A DataLoader iterator noting for state_dict which batch was taken last."""
+    """A DataLoader iterator noting for state_dict which batch was taken last; ended (its
+    next batch a RuntimeError) by a newer iter() or load_state_dict() of its loader, which
+    would otherwise see its place overwritten by this pass (or, with persistent workers, this
+    pass take the batches of the newer one, whose iterator torch reuses)."""
 
-    def __init__(self, iterator, loader):
-        self._iterator, self._loader = iterator, loader
+    def __init__(self, iterator, loader, iteration):
+        self._iterator, self._loader, self._iteration = iterator, loader, iteration
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._loader._iterations != self._iteration:
+            raise RuntimeError("ExcerptLoader: this pass was ended by a newer iter() or "
+                               "load_state_dict() of the same loader; iterate the loader "
+                               "again to go on from its place")
         batch = next(self._iterator)
         self._loader._taken = batch["epoch"], batch["batch"]
         return batch

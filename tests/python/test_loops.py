@@ -91,6 +91,28 @@ def test_an_endless_loader_runs_on_through_epochs(shards):
     assert next(iter(loader)).epoch == 2  # a new pass continues
 
 
+def test_a_new_pass_or_a_loaded_state_ends_the_pass_under_way(shards):
+    """Two live passes yielded the same batches (each from the place when it began), and a
+    pass begun before load_state_dict() overwrote the loaded place with its own."""
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    loader = mmnpz.Loader(ds, mmnpz.Sampler(ds, length=1, seed=3), 2, epochs=None)
+    ended = ("^Loader: this pass was ended by a newer iter\\(\\) or load_state_dict\\(\\) of the "
+             "same loader; iterate the loader again to go on from its place$")
+    first = iter(loader)
+    assert [b.position for b in itertools.islice(first, 2)] == [0, 2]
+    second = iter(loader)
+    assert next(second).position == 4
+    with pytest.raises(RuntimeError, match=ended):
+        next(first)
+    assert [next(second).position, loader.position] == [6, 8]
+    loader.load_state_dict({"epoch": 0, "position": 2})
+    with pytest.raises(RuntimeError, match=ended):
+        next(second)
+    assert loader.state_dict()["position"] == 2  # the ended pass did not move it
+    assert next(iter(loader)).position == 2
+
+
 def test_state_dict_resumes_exactly_across_passes(shards):
     spec, _ = shards
     ds = mmnpz.Dataset(spec)

@@ -355,6 +355,32 @@ def take(iterator, count):
     return [batch for _, batch in zip(range(count), iterator)]
 
 
+@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=2),
+                                     dict(num_workers=2, persistent_workers=True)], ids=repr)
+def test_a_new_pass_or_a_loaded_state_ends_the_pass_under_way(shards, options):
+    """An older pass went on yielding its epoch's batches and moved state_dict() back to them
+    (with persistent workers it took the newer pass's batches, whose iterator torch reuses)."""
+    batches = ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=3,
+                             seed=2, pad="fill", drop_last=False)
+    passes = loader(batches, multiprocessing_context="fork", **options)
+    ended = ("^ExcerptLoader: this pass was ended by a newer iter\\(\\) or load_state_dict\\(\\) "
+             "of the same loader; iterate the loader again to go on from its place$")
+    first = iter(passes)
+    assert pairs(take(first, 2)) == pairs(epoch_batches(batches, 0)[:2])
+    second = iter(passes)
+    assert pairs(take(second, 1)) == pairs(epoch_batches(batches, 1)[:1])
+    with pytest.raises(RuntimeError, match=ended):
+        next(first)
+    assert (passes.state_dict()["epoch"], passes.state_dict()["position"]) == (1, 3)
+    state = dict(passes.state_dict(), epoch=4, position=6)
+    passes.load_state_dict(state)
+    with pytest.raises(RuntimeError, match=ended):
+        next(second)
+    assert passes.state_dict() == state
+    assert pairs(list(passes)) == pairs(epoch_batches(batches, 4)[2:])
+    del first, second
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, workers):
     def make():
