@@ -118,7 +118,7 @@ struct info_options {
 struct verify_options {
   std::vector<std::string> files;
   bool quick = false;
-  std::string threads;  // --threads N; none: one per core, and 0 is taken as 1
+  std::optional<std::string> threads;  // --threads N; none: one per core, and 0 is taken as 1
   bool json = false;
 };
 
@@ -418,8 +418,8 @@ int cmd_info(const info_options& a) {
 
 int cmd_verify(const verify_options& a) {
   const std::size_t threads = std::max<std::size_t>(
-      1, a.threads.empty() ? std::thread::hardware_concurrency()
-                           : whole_number("--threads", a.threads, "is not a whole number"));
+      1, !a.threads ? std::thread::hardware_concurrency()
+                    : whole_number("--threads", *a.threads, "is not a whole number"));
   int status = exit_ok;
   for (const auto& path : a.files) {
     std::vector<std::string> bad;

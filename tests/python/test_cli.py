@@ -601,10 +601,13 @@ def test_ls_and_info_report_alignments_up_to_65536(mixed, tmp_path):
     assert not (tmp_path / "never.npz").exists()
 
 
-def test_a_negative_thread_count_is_refused_not_wrapped(mixed):
+def test_a_negative_or_empty_thread_count_is_refused_not_wrapped_or_taken_as_none(mixed):
     out = run("verify", "--threads", "-1", mixed)
     assert out.returncode == 2 and out.stdout == ""
     assert "mmnpz verify: --threads -1 is not a whole number" in out.stderr
+    out = run("verify", "--threads", "", mixed)  # was the default, as if not given
+    assert out.returncode == 2 and out.stdout == ""
+    assert "mmnpz verify: --threads  is not a whole number" in out.stderr
     assert run("verify", "--threads", "0", mixed).returncode == 0  # taken as one thread
 
 
