@@ -10,6 +10,7 @@ import os
 import pickle
 import shutil
 import stat
+import sys
 import tempfile
 import threading
 import warnings
@@ -160,8 +161,9 @@ class _Source:
                 # The lock on a description of our own (the caller's may outlive the reader).
                 try:
                     lock_fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDWR | cloexec)
-                except OSError:
-                    return mapping  # no /proc: edited without the lock
+                except OSError:  # no /proc: edited without the lock
+                    self.lock_fd = os.dup(self.fd)  # still the file to update CRC-32s in
+                    return mapping
                 self._lock(lock_fd, self.path)
             return mapping
         flags = os.O_RDWR if mmap_mode == "r+" else os.O_RDONLY
@@ -217,12 +219,12 @@ def _memmap_of(buffer, shape, dtype, offset, fortran_order, mode, filename):
     return array
 
 
-def _update_crcs(state):
-    """After writes through 'r+' views: the CRC-32 of every stored member handed out is
-    computed again and, where it changed, written into its local header and directory entry
+def _update_crcs(state, buf):
+    """After writes through 'r+' views of ``buf``: the CRC-32 of every stored member handed out
+    is computed again and, where it changed, written into its local header and directory entry
     (by the core), so that numpy, zipfile and verify() read the archive as it now is."""
-    buf, members, name = state["mapping"], state["members"], state["name"]
-    if buf is None or not members or buf.closed:
+    members, name = state["members"], state["name"]
+    if not members or buf.closed:
         return
     lock_fd = state["lock_fd"]
     if lock_fd is not None and os.fstat(lock_fd).st_size > len(buf):
@@ -235,14 +237,67 @@ def _update_crcs(state):
     buf.flush()
 
 
-def _finish_edits(state):
-    """The last flush of an 'r+' reader (close() or garbage collection); lets go of the lock."""
+def _finish_edits(state, mapping):
+    """The last flush of an 'r+' reader's edits, when no view of its mapping is left (close(),
+    or when the last view or the reader is collected, or at exit); lets go of the lock.
+    ``mapping`` is a weak reference, dead when this runs for the mapping's collection (after
+    the views' last writes): the archive is then mapped again to bring its CRC-32s up to date,
+    and so it is when writers, let in by close(), appended to it since (the mapping is too
+    short for its new directory)."""
     try:
-        _update_crcs(state)
+        buf = mapping()
+        fd = state["lock_fd"]
+        appended = (state["unlocked"] and fd is not None
+                    and os.fstat(fd).st_size > state["size"])
+        if buf is not None and not appended:
+            _update_crcs(state, buf)
+        elif state["members"] and fd is not None:
+            now = os.fstat(fd).st_size
+            if now < state["size"]:
+                raise ValueError(f"{state['name']}: the archive was truncated after it was "
+                                 "opened with 'r+': the CRC-32s of the members edited were not "
+                                 "updated")
+            with mmap.mmap(fd, now, access=mmap.ACCESS_WRITE) as again:
+                if now > state["size"]:
+                    _check_appended(state, again)
+                    state = dict(state, size=now)  # the directory to update is the new one
+                _update_crcs(state, again)
     finally:
-        if state["lock_fd"] is not None:
-            os.close(state["lock_fd"])
-            state["lock_fd"] = None
+        _close_lock(state)
+
+
+def _check_appended(state, buf):
+    """The archive grew after close() let writers in: an append keeps the members before it
+    where they were, which the new directory must say (else nothing is updated)."""
+    directory = _mmnpz.Reader.from_bytes(buf, state["name"])
+    for index, (name, offset) in state["members"].items():
+        if index >= len(directory) or (directory.member(index)["name"],
+                                         directory.member(index)["local_header_offset"]) != (
+                                             name, offset):
+            raise ValueError(f"{state['name']}: the archive changed after it was closed (member "
+                             f"{name!r} is no longer entry {index} at byte {offset}): the "
+                             "CRC-32s of the members edited since were not updated")
+
+
+def _close_lock(state):
+    if state["lock_fd"] is not None:
+        os.close(state["lock_fd"])
+        state["lock_fd"] = None
+
+
+def _let_go_of_the_lock(state):
+    """Swaps the locked descriptor for one of the same file without the lock (a description
+    of its own: the lock belongs to the description); None when /proc cannot give one."""
+    locked = state["lock_fd"]
+    state["unlocked"] = True
+    if locked is None:
+        return
+    try:
+        state["lock_fd"] = os.open(f"/proc/self/fd/{locked}", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        state["lock_fd"] = None
+    finally:
+        os.close(locked)
 
 
 class _BagObj:
@@ -330,9 +385,15 @@ class NpzReader(collections.abc.Mapping):
         if mmap_mode in ("c", "r+"):
             self._writable = source.writable_mapping(mmap_mode)
             if mmap_mode == "r+":
-                self._crc_state = {"mapping": self._writable, "members": set(),
-                                   "name": self._path, "lock_fd": source.lock_fd}
-                self._finalizer = weakref.finalize(self, _finish_edits, self._crc_state)
+                # Tied to the mapping, not the reader: views outlive a closed reader, and their
+                # later writes must reach the CRC-32s too (numpy refuses a member whose CRC-32
+                # is stale).
+                # members: index -> (name, local header offset) of each handed out writable.
+                self._crc_state = {"members": {}, "name": self._path, "size":
+                                   len(self._writable), "lock_fd": source.lock_fd,
+                                   "unlocked": False}
+                self._finalizer = weakref.finalize(self._writable, _finish_edits,
+                                                   self._crc_state, weakref.ref(self._writable))
         self._files = None  # numpy's `files`, made when first asked for
         self.allow_pickle = bool(allow_pickle)
         self._cache = bool(cache) and mmap_mode is not None
@@ -469,7 +530,7 @@ class NpzReader(collections.abc.Mapping):
         if member["data_descriptor"]:
             raise ValueError(f"{self._path}: 'r+' cannot update member {member['name']!r}: its "
                              "CRC-32 is in a data descriptor after its data")
-        members.add(index)
+        members[index] = (member["name"], member["local_header_offset"])
 
     def _header_allowed(self, index):
         return (self.allow_pickle or self._max_header_size >= (1 << 24)
@@ -577,23 +638,37 @@ class NpzReader(collections.abc.Mapping):
         """With ``mmap_mode="r+"``: writes what views changed to the file and brings the CRC-32
         of every member handed out up to date (numpy, zipfile and ``verify()`` check them).
         Does nothing in other modes."""
-        if self._crc_state is not None:
-            _update_crcs(self._crc_state)
+        if self._crc_state is not None and self._writable is not None:
+            _update_crcs(self._crc_state, self._writable)
 
     def close(self):
-        """Releases the reader's reference to the mapping; arrays already loaded stay valid
-        (with ``"r+"``, first flushes; later writes through its views reach the file, but
-        their CRC-32s are not updated)."""
-        if self._finalizer is not None:
-            self._finalizer()  # flushes, once
+        """Releases the reader's reference to the mapping; arrays already loaded stay valid.
+        With ``"r+"``, first flushes and lets writers in again; views kept after it may still
+        write, and the CRC-32s are brought up to date again once the last of them is gone (or
+        at exit). A reader collected without close() holds the writers' lock until then."""
+        mapping, self._writable = self._writable, None
         if self._reader is not None and self._files is None:
             self._files = self._reader.names()  # numpy's `files` stays after close()
         self._source = None
-        self._writable = None
         self._reader = None
         self._lookup = None
         self._by_key = {}
         self._by_index = {}
+        if self._finalizer is not None and self._finalizer.alive:
+            # References to the mapping: `mapping` and getrefcount's argument, and one per
+            # view (or its base) still alive.
+            if sys.getrefcount(mapping) <= 2:
+                self._finalizer()  # the edits end: flushes with the mapping, lets go of the lock
+                return
+            try:
+                _update_crcs(self._crc_state, mapping)
+            except BaseException:
+                self._finalizer.detach()
+                _close_lock(self._crc_state)
+                raise
+            # Views kept: writers are let in again, and what the views write later gets its
+            # CRC-32s when the last of them goes (through a descriptor without the lock).
+            _let_go_of_the_lock(self._crc_state)
 
     def __enter__(self):
         return self

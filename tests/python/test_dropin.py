@@ -428,6 +428,43 @@ def test_mmap_mode_r_plus_holds_the_writers_lock_until_closed(npz):
                 mmnpz.load(f, "r+")
 
 
+R_PLUS_VIEW_KEPT_TO_EXIT = """
+import sys, numpy as np, mmnpz
+with mmnpz.load(sys.argv[1], "r+") as reader:
+    kept = reader["a"]
+kept[1] = 42  # after close(), the view alive until the interpreter exits
+with mmnpz.NpzWriter(sys.argv[1], "a") as w:  # the directory moves: mapped again at exit
+    w.write("appended", np.arange(3))
+"""
+
+
+def test_mmap_mode_r_plus_views_kept_after_close_get_their_crcs_when_they_go(npz, arrays):
+    """Writes through views kept after close() reached the file but not the CRC-32s: numpy
+    then refused the member ("Bad CRC-32")."""
+    with mmnpz.load(npz, "r+") as reader:
+        a = reader["a"]
+        part = reader["b"][1:]
+    a[1] = 42
+    part[0] = -3
+    with mmnpz.NpzWriter(npz, "a") as w:  # writers are let in at close(), as before
+        w.write("later", np.arange(2))
+    a[2] = 43
+    del part  # the mapping lives on in `a`
+    del a
+    assert np.load(npz)["b"][1].tolist() == [-3] * arrays["b"].shape[1]
+    want = arrays["a"].copy()
+    want[1], want[2] = 42, 43
+    assert_same_array(np.load(npz)["a"], want)  # numpy checks the CRC-32s through zipfile
+    assert zipfile.ZipFile(npz).testzip() is None
+    assert mmnpz.load(npz).verify() == {}
+    run = subprocess.run([sys.executable, "-c", R_PLUS_VIEW_KEPT_TO_EXIT, str(npz)],
+                         capture_output=True, text=True, env=dict(os.environ))
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
+    assert np.load(npz)["a"][1].tolist() == [42.0] * 4
+    assert np.load(npz)["appended"].tolist() == [0, 1, 2]
+    assert zipfile.ZipFile(npz).testzip() is None
+
+
 def test_mmap_mode_r_plus_refuses_to_update_crcs_of_an_archive_another_program_grew(npz):
     reader = mmnpz.load(npz, "r+")
     reader["a"][1] = 42
