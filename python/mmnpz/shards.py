@@ -1,6 +1,7 @@
 """Writing a dataset as sharded aligned archives: :class:`ShardWriter`."""
 
 import operator
+import threading
 
 import numpy as np
 
@@ -47,12 +48,16 @@ class ShardWriter:
     as ``write()`` returns, :func:`recover` restores them if the process dies) and closed before
     the next begins. :meth:`close` (also on leaving a ``with`` block, exception or not) closes
     the last shard and renames every shard to its final name. Existing files of those names are
-    replaced. Not thread-safe.
+    replaced. Calls from several threads take turns (a group is written whole before another
+    thread's write).
     """
 
     def __init__(self, file, *, max_bytes=None, max_items=None, align=64,
                  allow_duplicate_names=False):
         path = _path(file)
+        # Held by every call: the core's shard writer is for one thread at a time (two
+        # threads at once corrupted the heap).
+        self._lock = threading.RLock()
         self._writer = _mmnpz.ShardWriter(
             path, _limit(max_bytes, "max_bytes", path), _limit(max_items, "max_items", path),
             _core.alignment(align, path), bool(allow_duplicate_names))
@@ -65,32 +70,39 @@ class ShardWriter:
     @property
     def closed(self):
         """True once :meth:`close` was called."""
-        return self._writer.closed
+        with self._lock:
+            return self._writer.closed
 
     @property
     def shards(self):
         """Shards begun so far (the final count once closed)."""
-        return self._writer.shards
+        with self._lock:
+            return self._writer.shards
 
     @property
     def items_written(self):
         """Members written to all shards."""
-        return self._writer.items_written
+        with self._lock:
+            return self._writer.items_written
 
     @property
     def paths(self):
         """The final shard paths, sorted; known once the writer is closed."""
-        if not self._writer.closed:
-            raise ValueError(f"{self.path}: the shard names are known once the writer is closed")
-        return list(self._writer.paths)
+        with self._lock:
+            if not self._writer.closed:
+                raise ValueError(f"{self.path}: the shard names are known once the writer is "
+                                 f"closed")
+            return list(self._writer.paths)
 
     @property
     def spec(self):
         """The shard spec of the closed shards, such as ``"out/train@12.npz"``, for
         :class:`Dataset`; known once the writer is closed."""
-        if not self._writer.closed:
-            raise ValueError(f"{self.path}: the shard names are known once the writer is closed")
-        return self._writer.spec
+        with self._lock:
+            if not self._writer.closed:
+                raise ValueError(f"{self.path}: the shard names are known once the writer is "
+                                 f"closed")
+            return self._writer.spec
 
     @staticmethod
     def _array(name, array):
@@ -114,13 +126,16 @@ class ShardWriter:
         """Writes ``array`` (anything ``numpy.asarray`` takes) as member ``name + '.npy'`` of
         the current shard or a new one. C- and Fortran-contiguous arrays are written from their
         memory; other arrays are copied to C order first."""
-        self._writer.write(name, *self._array(name, array))
+        prepared = self._array(name, array)
+        with self._lock:
+            self._writer.write(name, *prepared)
 
     def write_bytes(self, name, data):
         """Writes ``data`` (bytes or any contiguous buffer) as member ``name``, nothing
         appended: a JSON or text sidecar, for example."""
         self._check_name(name)
-        self._writer.write_bytes(name, data)
+        with self._lock:
+            self._writer.write_bytes(name, data)
 
     def write_group(self, members):
         """Writes ``(name, value)`` pairs into one shard (an array and its JSON sidecar, say):
@@ -129,29 +144,31 @@ class ShardWriter:
         them; members that together pass the limits get a shard of their own. A member that
         would be refused for its name (invalid, written before or repeated in the group) or its
         value (an object array) refuses the whole group before any of it is written."""
-        prepared, total, checked = [], 0, []
+        prepared, checked = [], []
         for name, value in members:
             if isinstance(value, (bytes, bytearray, memoryview)):
                 self._check_name(name)
-                total += self._writer.bound_bytes(name, memoryview(value).nbytes)
                 prepared.append((name, value, None))
                 checked.append((name, False))
             else:
-                array = self._array(name, value)
-                total += self._writer.bound(name, *array[1:])
-                prepared.append((name, None, array))
+                prepared.append((name, None, self._array(name, value)))
                 checked.append((name, True))
-        self._writer.check_names(checked)
-        self._writer.keep_together(len(prepared), min(total, 2**64 - 1))
-        for name, data, array in prepared:
-            if array is None:
-                self._writer.write_bytes(name, data)
-            else:
-                self._writer.write(name, *array)
+        with self._lock:
+            total = sum(self._writer.bound_bytes(name, memoryview(data).nbytes)
+                        if array is None else self._writer.bound(name, *array[1:])
+                        for name, data, array in prepared)
+            self._writer.check_names(checked)
+            self._writer.keep_together(len(prepared), min(total, 2**64 - 1))
+            for name, data, array in prepared:
+                if array is None:
+                    self._writer.write_bytes(name, data)
+                else:
+                    self._writer.write(name, *array)
 
     def close(self):
         """Closes the last shard and renames the shards to their final names (idempotent)."""
-        self._writer.close()
+        with self._lock:
+            self._writer.close()
 
     def __enter__(self):
         return self
@@ -160,7 +177,8 @@ class ShardWriter:
         self.close()
 
     def __repr__(self):
-        if self._writer.closed:
-            return f"<mmnpz.ShardWriter {self._writer.spec!r}, closed>"
-        return (f"<mmnpz.ShardWriter {self.path!r}, {self.items_written} items in "
-                f"{self.shards} shards so far>")
+        with self._lock:
+            if self._writer.closed:
+                return f"<mmnpz.ShardWriter {self._writer.spec!r}, closed>"
+            return (f"<mmnpz.ShardWriter {self.path!r}, {self.items_written} items in "
+                    f"{self.shards} shards so far>")

@@ -4,6 +4,9 @@ import glob
 import json
 import os
 import re
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -186,3 +189,48 @@ def test_a_group_with_a_member_that_would_be_refused_writes_none_of_it(tmp_path)
         assert w.items_written == 2
         w.write_group([("y", a), ("y.json", b"{}")])
     assert mmnpz.load(w.paths[0]).files == ["x", "x.json", "y", "y.json"]
+
+
+SHARDS_FROM_THREADS = """
+import sys, threading, numpy as np, mmnpz
+writer = mmnpz.ShardWriter(sys.argv[1], max_items=7)
+data = np.ones(20000, np.float32)
+errors = []
+def work(t):
+    try:
+        for i in range(150):
+            if i % 3:
+                writer.write(f"t{t}_{i}", data)
+            else:
+                writer.write_group([(f"t{t}_{i}", data), (f"t{t}_{i}.json", b"{}")])
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+writer.close()
+print(errors, writer.items_written, writer.spec)
+"""
+
+
+def test_threads_sharing_a_shard_writer_take_turns(tmp_path):
+    """The core's shard writer is for one thread at a time: four threads writing through one
+    ShardWriter corrupted the heap (glibc aborted the process) or abandoned members."""
+    run = subprocess.run([sys.executable, "-c", SHARDS_FROM_THREADS, str(tmp_path / "t.npz")],
+                         capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("[] 800 "), run.stdout
+    spec = run.stdout.split()[-1]
+    names = set()
+    for path in sorted(glob.glob(str(tmp_path / "t-*-of-*.npz"))):
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+            members = archive.namelist()
+        assert len(members) <= 7
+        for name in members:  # a sidecar is in its array's shard
+            assert not name.endswith(".json") or name[:-5] + ".npy" in members, (path, name)
+        names.update(members)
+    assert len(names) == 800
+    assert len(mmnpz.Dataset(spec)) == 600  # the arrays
