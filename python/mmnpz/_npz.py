@@ -654,7 +654,7 @@ class NpzReader(collections.abc.Mapping):
         self._lookup = None
         self._by_key = {}
         self._by_index = {}
-        if self._finalizer is not None and self._finalizer.alive:
+        if mapping is not None and self._finalizer is not None and self._finalizer.alive:
             # References to the mapping: `mapping` and getrefcount's argument, and one per
             # view (or its base) still alive.
             if sys.getrefcount(mapping) <= 2:

@@ -444,6 +444,7 @@ def test_mmap_mode_r_plus_views_kept_after_close_get_their_crcs_when_they_go(npz
     with mmnpz.load(npz, "r+") as reader:
         a = reader["a"]
         part = reader["b"][1:]
+    reader.close()  # again: nothing more to do
     a[1] = 42
     part[0] = -3
     with mmnpz.NpzWriter(npz, "a") as w:  # writers are let in at close(), as before
