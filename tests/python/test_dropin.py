@@ -170,7 +170,8 @@ def test_paths_whose_bytes_are_not_utf8_are_read_and_written_as_numpy_does(tmp_p
         mmnpz.load(os.fsdecode(bad))
     assert e.value.path == os.fsdecode(bad)
     assert str(e.value).startswith(os.fsdecode(bad).replace("\udce9", "\\xe9") + ": ")
-    damaged = bytearray(open(named, "rb").read())
+    with open(named, "rb") as f:
+        damaged = bytearray(f.read())
     with zipfile.ZipFile(named) as z:
         a = z.getinfo("a.npy")
     damaged[a.header_offset + 30 + len(a.filename) + len(a.extra) + 128] ^= 1  # a's data

@@ -553,7 +553,7 @@ def shared_memory_held(pids):
             continue
         if target.startswith("/dev/shm/"):
             fds.add(target)
-    with open("/proc/self/maps") as maps:
+    with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as maps:
         held = {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/" in line}
     entries = {e for e in os.listdir("/dev/shm") for p in pids if e.startswith(f"torch_{p}_")}
     return fds, held, entries
