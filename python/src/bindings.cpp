@@ -775,7 +775,7 @@ closed): writers and recover of it are then refused, and so is this when one hol
           },
           py::arg("name"), py::arg("descr"), py::arg("shape"), py::arg("fortran_order") = false)
       .def("bound_bytes", &mmnpz::shard_writer::bound_bytes, py::arg("name"), py::arg("n"))
-      .def("check_names", &mmnpz::shard_writer::check_names, py::arg("full_names"))
+      .def("check_names", &mmnpz::shard_writer::check_names, py::arg("members"))
       .def("keep_together", &mmnpz::shard_writer::keep_together, py::arg("items"),
            py::arg("bytes"))
       .def("close", &mmnpz::shard_writer::close, py::call_guard<py::gil_scoped_release>())
