@@ -718,6 +718,13 @@ class Sampler:
         """The sampler's options (an mmnpz._mmnpz.SamplerOptions, a copy)."""
         return self._s.options
 
+    def __reduce__(self):
+        # Pickles (for spawned processes) carry the lengths and options: the samples depend on
+        # nothing else. Made again without the checks and warnings it passed once.
+        o = self._s.options
+        fields = {k: getattr(o, k) for k in _SAMPLER_FIELDS}
+        return _remake_sampler, (self._lengths, fields, self.pad)
+
     @property
     def epoch_size(self):
         """Samples per epoch across all ranks."""
@@ -744,6 +751,21 @@ class Sampler:
             return self._s.sample(epoch, position, count)
         except _USER_ERRORS as e:
             raise _in_user_words(e, "Sampler.sample") from None
+
+
+_SAMPLER_FIELDS = ("kind", "seed", "length", "hop", "shuffle_windows", "random_crop",
+                   "num_samples", "rank", "world_size", "drop_remainder", "pad_short_items")
+
+
+def _remake_sampler(lengths, fields, pad):
+    sampler = Sampler.__new__(Sampler)
+    options = _mmnpz.SamplerOptions(**fields)
+    sampler._s = _mmnpz.Sampler(lengths, options)
+    sampler.kind, sampler.seed, sampler.length = options.kind, options.seed, options.length
+    sampler.rank, sampler.world_size = options.rank, options.world_size
+    sampler.pad = pad
+    sampler._lengths, sampler._dataset = lengths, None
+    return sampler
 
 
 _DRAWS_EVERY_ITEM = ("sequential", "shuffle", "replacement")
@@ -976,6 +998,10 @@ class Loader:
         self._passes = 0  # passes begun: a pass that is not the last one begun is ended
         self._excerpt = excerpt
         self._buffers = _Buffers((self.prefetch + 3) * len(self.fields))
+
+    def __reduce__(self):
+        raise TypeError("a Loader cannot be pickled: pickle its dataset and sampler, and make a "
+                        "Loader of them where they arrive")
 
     def __len__(self):
         """Batches the next pass yields (TypeError when endless)."""

@@ -4,6 +4,7 @@ import multiprocessing
 import pickle
 
 import numpy as np
+import pytest
 
 import mmnpz
 
@@ -48,3 +49,56 @@ def test_spawned_workers_sum_members_of_a_pickled_reader(tmp_path):
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         results = pool.starmap(sum_member, [(reader, key) for key in arrays], chunksize=1)
     assert results == [(key, "memmap", float(a.astype("f8").sum())) for key, a in arrays.items()]
+
+
+def sample_in_worker(sampler):
+    """Runs in a spawned worker: the sampler arrives pickled."""
+    return [sampler.sample(epoch) for epoch in (0, 7)], len(sampler)
+
+
+def test_a_sampler_pickles_as_its_lengths_and_options_and_samples_the_same(tmp_path):
+    """A Sampler could not be pickled ("cannot pickle 'mmnpz._mmnpz.Sampler' object"), so none
+    reached a spawned process or a deepcopy."""
+    import copy
+    import warnings
+
+    path = tmp_path / "s.npz"
+    rng = np.random.default_rng(4)
+    np.savez(path, **{f"c{k}": np.zeros((int(rng.integers(1, 40)), 2)) for k in range(30)})
+    ds = mmnpz.Dataset(path)
+    samplers = [mmnpz.Sampler(ds, length=4, seed=2, pad="fill"),
+                mmnpz.Sampler(ds, "sliding", length=3, hop=2, shuffle_windows=True, rank=1,
+                              world_size=2, drop_remainder=False),
+                mmnpz.Sampler(ds.lengths, "replacement", length=5, num_samples=77,
+                              random_crop=False)]
+    with pytest.warns(UserWarning, match="are never drawn"):
+        samplers.append(mmnpz.Sampler(ds, "weighted", length=30, seed=9))
+    for sampler in samplers:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # made again without warning again
+            copies = [pickle.loads(pickle.dumps(sampler)), copy.deepcopy(sampler)]
+        for other in copies:
+            assert repr(other.options) == repr(sampler.options)
+            assert (other.kind, other.seed, other.length, other.rank, other.world_size,
+                    other.pad) == (sampler.kind, sampler.seed, sampler.length, sampler.rank,
+                                   sampler.world_size, sampler.pad)
+            assert len(other) == len(sampler) and other.epoch_size == sampler.epoch_size
+            for epoch in (0, 7):
+                for got, want in zip(other.sample(epoch), sampler.sample(epoch)):
+                    assert np.array_equal(got, want)
+        assert len(pickle.dumps(sampler)) < 1024  # no archive in it
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        (got, size), = pool.map(sample_in_worker, [samplers[1]])
+    assert size == len(samplers[1])
+    for g, epoch in zip(got, (0, 7)):
+        for a, b in zip(g, samplers[1].sample(epoch)):
+            assert np.array_equal(a, b)
+
+
+def test_a_loader_says_that_it_does_not_pickle_and_what_does(tmp_path):
+    np.savez(tmp_path / "l.npz", a=np.zeros((8, 2)))
+    ds = mmnpz.Dataset(tmp_path / "l.npz")
+    loader = mmnpz.Loader(ds, mmnpz.Sampler(ds, length=2), 1)
+    with pytest.raises(TypeError, match=r"^a Loader cannot be pickled: pickle its dataset and "
+                                        r"sampler, and make a Loader of them where they arrive$"):
+        pickle.dumps(loader)
