@@ -100,11 +100,7 @@ def saved_place(state, mine):
     for key in ("epoch", "position"):
         if key not in state:
             raise ValueError(f"the saved state has no {key!r}")
-        try:
-            place.append(operator.index(state[key]))
-        except TypeError:
-            raise TypeError(f"the saved state's {key} must be an integer, not "
-                            f"{type(state[key]).__name__}") from None
+        place.append(integer(state[key], f"the saved state's {key}"))
         if place[-1] < 0:
             raise ValueError(f"the saved state's {key} must not be negative, not {place[-1]}")
     return tuple(place)

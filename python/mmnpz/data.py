@@ -697,13 +697,9 @@ class Sampler:
             if pad == "none":
                 _refuse_short(lengths, options.length, options.kind, dataset,
                               "Sampler(pad='none')")
-            self._s = _mmnpz.Sampler(lengths, options)
+            self._made(_mmnpz.Sampler(lengths, options), lengths, pad)
         except _USER_ERRORS as e:
             raise _in_user_words(e, "Sampler") from None
-        self.kind, self.seed, self.length = options.kind, options.seed, options.length
-        self.rank, self.world_size = options.rank, options.world_size
-        self.pad = pad
-        self._lengths, self._dataset = lengths, dataset
         if options.kind == "weighted" and pad in (None, "none"):
             never = int(np.count_nonzero(lengths < options.length))
             if never:
@@ -712,6 +708,13 @@ class Sampler:
                     f"than length={options.length} and are never drawn; pass pad='fill' or "
                     f"pad='wrap' to draw them padded, or leave them out with "
                     f"Dataset(..., min_length={options.length})", stacklevel=2)
+
+    def _made(self, core, lengths, pad):
+        """Takes the core's sampler and what it was made of (also when unpickled)."""
+        options = core.options
+        self._s, self._lengths, self.pad = core, lengths, pad
+        self.kind, self.seed, self.length = options.kind, options.seed, options.length
+        self.rank, self.world_size = options.rank, options.world_size
 
     @property
     def options(self):
@@ -759,12 +762,7 @@ _SAMPLER_FIELDS = ("kind", "seed", "length", "hop", "shuffle_windows", "random_c
 
 def _remake_sampler(lengths, fields, pad):
     sampler = Sampler.__new__(Sampler)
-    options = _mmnpz.SamplerOptions(**fields)
-    sampler._s = _mmnpz.Sampler(lengths, options)
-    sampler.kind, sampler.seed, sampler.length = options.kind, options.seed, options.length
-    sampler.rank, sampler.world_size = options.rank, options.world_size
-    sampler.pad = pad
-    sampler._lengths, sampler._dataset = lengths, None
+    sampler._made(_mmnpz.Sampler(lengths, _mmnpz.SamplerOptions(**fields)), lengths, pad)
     return sampler
 
 
