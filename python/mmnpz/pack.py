@@ -248,6 +248,8 @@ def decode(item, soundfile_module=None):
             try:
                 array = np.load(path, mmap_mode="r", allow_pickle=False)
             except ValueError as e:
+                if _holds_objects(path):
+                    raise InputError("a pickled object array, which cannot be packed") from None
                 raise InputError(f"not a readable .npy file ({e})") from None
             if not isinstance(array, np.ndarray):
                 raise InputError("not a .npy file")
@@ -258,6 +260,19 @@ def decode(item, soundfile_module=None):
         return [(name, samples), (name + ".json", sidecar)]
     except OSError as e:
         raise InputError(e.strerror or str(e)) from None
+
+
+def _holds_objects(path):
+    """Whether the .npy file at path has a header numpy reads and a dtype holding Python
+    objects (which numpy refuses to map, in words that do not say so)."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            return read_header(f)[2].hasobject
+    except (ValueError, OSError):
+        return False
 
 
 def _npz_members(path, prefix):

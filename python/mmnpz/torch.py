@@ -21,7 +21,6 @@ import collections.abc
 import itertools
 import mmap
 import multiprocessing
-import operator
 import os
 import queue as queue_module
 import random
@@ -308,9 +307,10 @@ class ExcerptBatches(torch.utils.data.Dataset):
         such pass takes the epoch after the last one's; a DataLoader without that sampler
         (plain integer keys) takes ``epoch`` every pass, as with DistributedSampler. The epoch
         reaches the workers, persistent or not, with each key."""
-        if operator.index(epoch) < 0:
+        epoch = _core.integer(epoch, "set_epoch: epoch")
+        if epoch < 0:
             raise ValueError(f"epoch must not be negative, not {epoch}")
-        self.epoch = int(epoch)
+        self.epoch = epoch
         self._next = (self.epoch, 0)
 
     def _begin_pass(self):
@@ -372,17 +372,20 @@ class ExcerptBatches(torch.utils.data.Dataset):
 
     def _key(self, key):
         if isinstance(key, tuple):
+            if len(key) != 2:
+                raise TypeError(f"ExcerptBatches: a key is a batch b or a pair (epoch, b), "
+                                f"not a tuple of {len(key)}")
             epoch, b = key
-            epoch = operator.index(epoch)
+            epoch = _core.integer(epoch, "ExcerptBatches: the key's epoch")
             if epoch < 0:
                 raise ValueError(f"epoch must not be negative, not {epoch}")
         else:
             epoch, b = self.epoch, key
-        b = operator.index(b)
-        if b < 0:
-            b += self._batches
+        given = _core.integer(b, "ExcerptBatches: a batch")
+        b = given + self._batches if given < 0 else given
         if not 0 <= b < self._batches:
-            raise IndexError(f"batch {b} is out of range for an epoch of {self._batches} batches")
+            raise IndexError(f"batch {given} is out of range for an epoch of {self._batches} "
+                             "batches")
         return epoch, b
 
     def _rates(self):
@@ -890,6 +893,13 @@ def loader(source, *, num_workers=0, multiprocessing_context=None, pin_memory=Fa
     from workers arrive through rings of shared buffers reused once released (see
     ExcerptLoader).
     """
+    num_workers = _core.integer(num_workers, "loader: num_workers")
+    if prefetch_factor is not None:
+        # torch 1.13 asserts prefetch_factor > 0 (an AssertionError without a message) and
+        # takes a float until the ring's size is computed from it.
+        prefetch_factor = _core.integer(prefetch_factor, "loader: prefetch_factor")
+        if prefetch_factor <= 0:
+            raise ValueError(f"loader: prefetch_factor must be positive, not {prefetch_factor}")
     if isinstance(source, ExcerptBatches):
         if options:
             raise TypeError(f"options {sorted(options)} are for making an ExcerptBatches, "

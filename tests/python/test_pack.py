@@ -122,6 +122,17 @@ def test_npy_and_npz_inputs_equal_numpys_arrays(tmp_path, capsys, sample_arrays)
     assert out.startswith(f"packed 5 inputs ({len(want)} members, ")
 
 
+def test_an_npy_file_of_python_objects_is_skipped_in_words_that_say_so(tmp_path, capsys):
+    np.save(tmp_path / "objects.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
+    np.save(tmp_path / "fine.npy", np.arange(3))
+    status, _, err = run_pack([tmp_path / "o.npz", tmp_path / "objects.npy",
+                               tmp_path / "fine.npy"], capsys)
+    # numpy's own words were "Array can't be memory-mapped: Python objects in dtype."
+    assert (status, err) == (1, f"pack: {tmp_path / 'objects.npy'}: a pickled object array, "
+                                "which cannot be packed\n")
+    assert list(members([tmp_path / "o-00000-of-00001.npz"])) == ["fine"]
+
+
 def test_a_raw_npz_member_is_packed_as_bytes(tmp_path, capsys, mixed_npz):
     status, _, err = run_pack([tmp_path / "o.npz", mixed_npz], capsys)
     # mixed.npz holds a pickled object array: the input is reported and skipped.

@@ -315,6 +315,38 @@ def test_sizes_seeds_and_ranks_that_are_not_integers_are_refused_not_truncated(
         ExcerptBatches(spec(shards), **arguments)
 
 
+@pytest.mark.parametrize("options, error, message", [
+    (dict(num_workers=1.5), TypeError, "loader: num_workers must be an integer, not float"),
+    (dict(num_workers=1, prefetch_factor=1.5), TypeError,
+     "loader: prefetch_factor must be an integer, not float"),
+    (dict(num_workers=1, prefetch_factor=0), ValueError,
+     "loader: prefetch_factor must be positive, not 0")])
+def test_worker_options_that_torch_would_assert_on_or_truncate_are_refused_by_name(
+        shards, options, error, message):
+    # torch 1.13 raised a bare AssertionError for prefetch_factor=0, and torch.empty's
+    # argument list for a float count of workers or batches ahead.
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        loader(spec(shards), select="clip??", length=LENGTH, batch_size=2, **options)
+
+
+@pytest.mark.parametrize("key, error, message", [
+    ((0, 1, 2), TypeError, "ExcerptBatches: a key is a batch b or a pair (epoch, b), not a "
+                           "tuple of 3"),
+    ((0,), TypeError, "ExcerptBatches: a key is a batch b or a pair (epoch, b), not a tuple of 1"),
+    (1.5, TypeError, "ExcerptBatches: a batch must be an integer, not float"),
+    ((0.5, 0), TypeError, "ExcerptBatches: the key's epoch must be an integer, not float"),
+    ((0, -9), IndexError, "batch -9 is out of range for an epoch of 8 batches")])
+def test_keys_that_name_no_batch_are_refused_in_words_that_say_what_a_key_is(
+        shards, key, error, message):
+    batches = ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=2,
+                             pad="fill")
+    assert len(batches) == 8
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        batches[key]
+    with pytest.raises(TypeError, match=r"^set_epoch: epoch must be an integer, not float$"):
+        batches.set_epoch(1.5)
+
+
 def test_a_copy_refuses_archives_that_changed_since_it_was_made(tmp_path):
     items = write_shards(tmp_path, [3])
     path = items[0][0]
