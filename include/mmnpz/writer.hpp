@@ -107,8 +107,10 @@ class writer {
 
   /// Writes a whole array of `dtype` and `shape` whose bytes are at `data` in C order (or
   /// Fortran order). Refused before any byte is written (errc::invalid_argument) for an
-  /// invalid or duplicate name, an object dtype, a shape whose size overflows, or a .npy
-  /// header longer than max_npy_header_len (make_npy_header(): readers refuse it).
+  /// invalid or duplicate name, null `data` for a non-empty array, an object dtype, a dtype
+  /// no .npy holds (a default-constructed one, a sub-array dtype, or one whose header does not
+  /// read back as itself), a shape whose size overflows, or a .npy header longer than
+  /// max_npy_header_len (make_npy_header(): readers refuse it).
   void write(std::string_view name, const void* data, const dtype& type,
              const std::vector<std::uint64_t>& shape, bool fortran_order = false);
 
@@ -182,7 +184,8 @@ class writer::stream {
   ~stream();
 
   /// Appends bytes of the array (or of the member begun by begin_bytes()), in order.
-  /// errc::invalid_argument when more bytes arrive than the member holds.
+  /// errc::invalid_argument when more bytes arrive than the member holds (the member is
+  /// abandoned), and for null `data` with `n` > 0 (nothing written, the member stays open).
   void write(const void* data, std::size_t n);
   /// Bytes still to arrive before commit() can succeed.
   std::uint64_t remaining() const;

@@ -972,9 +972,17 @@ class NpzWriter:
         """Starts a member written in pieces (for arrays larger than memory). Use as a context
         manager, or call ``commit()``; the member exists only once all its bytes arrived."""
         dtype = np.dtype(dtype)
-        descr = self._descr(name, np.empty(0, dtype))
         shape = (shape,) if isinstance(shape, numbers.Integral) else shape  # as numpy takes it
         shape = tuple(_core.integer(n, f"member {name!r}: each entry of shape") for n in shape)
+        if dtype.subdtype is not None:
+            # As np.empty(shape, dtype) makes it: an array of the base type, the sub-array's
+            # shape appended (whose bytes in C order are those of the sub-array elements).
+            if fortran_order:
+                raise ValueError(f"member {name!r}: a sub-array dtype {dtype} in Fortran order "
+                                 f"has no .npy layout; give dtype {dtype.base} and shape "
+                                 f"{shape + dtype.shape} in C order")
+            dtype, shape = dtype.base, shape + dtype.shape
+        descr = self._descr(name, np.empty(0, dtype))
         if any(n < 0 for n in shape):  # numpy's words
             raise ValueError(f"member {name!r}: negative dimensions are not allowed (shape "
                              f"{shape})")

@@ -19,12 +19,20 @@ struct npy_plan {
 };
 
 // The header and data size of an array of `type` and `shape`, or why no writer writes it: an
-// object dtype, too many dimensions, a size that overflows, a header readers would refuse.
+// object dtype, too many dimensions, a size that overflows, a header readers would refuse
+// (too long, or one that does not read back as this array: a default-constructed dtype, a
+// sub-array dtype, which numpy makes no array of).
 inline npy_plan plan_npy(const dtype& type, const std::vector<std::uint64_t>& shape,
                          bool fortran_order) {
   npy_plan p;
-  if (type.has_object()) {
+  if (type.descr().empty()) {
+    p.refusal = "the dtype is empty (a default-constructed mmnpz::dtype; make one with "
+                "dtype::parse, dtype::of or dtype::structured)";
+  } else if (type.has_object()) {
     p.refusal = "object arrays cannot be written (they need pickle)";
+  } else if (type.is_subarray()) {
+    p.refusal = "a sub-array dtype " + type.descr() + " is no array's dtype (numpy loads no "
+                ".npy of it): write its base type with the sub-array's shape appended";
   } else if (shape.size() > max_npy_ndim) {
     p.refusal = "too many dimensions";
   } else if (!array_nbytes(shape, type.itemsize(), p.nbytes)) {
@@ -34,6 +42,19 @@ inline npy_plan plan_npy(const dtype& type, const std::vector<std::uint64_t>& sh
       p.header = make_npy_header(type, shape, fortran_order);
     } catch (const error& e) {
       p.refusal = e.detail();
+      return p;
+    }
+    // What is written must read back: a structured dtype built of default-constructed
+    // fields, say, would give a header no reader (mmnpz's or numpy's) parses.
+    try {
+      const npy_header back = read_npy_header(p.header.data(), p.header.size() + p.nbytes);
+      if (back.type != type || back.shape != shape || back.fortran_order != fortran_order) {
+        p.refusal = "the dtype " + type.descr() + " does not read back from a .npy header "
+                    "as itself (it reads as " + back.type.descr() + ")";
+      }
+    } catch (const error& e) {
+      p.refusal = "the dtype " + type.descr() + " gives a .npy header readers refuse: " +
+                  e.detail();
     }
   }
   return p;

@@ -751,6 +751,10 @@ void writer::stream::write(const void* data, std::size_t n) {
   if (!owns())
     throw errors::invalid_argument(w_ ? w_->path : std::string(), {}, error::no_offset,
                 "the stream's member was committed or abandoned");
+  if (n > 0 && data == nullptr) {
+    w_->refuse(w_->cur_name, "no data given for " + std::to_string(n) +
+                                 " bytes (nothing was written; the member is still open)");
+  }
   w_->write_data(data, n);
 }
 std::uint64_t writer::stream::remaining() const {

@@ -304,6 +304,25 @@ TEST_SUITE("writer") {
     CHECK_THROWS_WITH_AS(w.write<double>("huge", nullptr, {1ull << 62, 8}),
                          (path + ": member 'huge.npy': the array's size overflows").c_str(),
                          mmnpz::error);
+    // dtypes whose .npy header no reader parses (numpy included): they were written.
+    refused("empty", mmnpz::dtype{},
+            (path + ": member 'empty.npy': the dtype is empty (a default-constructed "
+                    "mmnpz::dtype; make one with dtype::parse, dtype::of or "
+                    "dtype::structured)").c_str());
+    refused("sub", mmnpz::dtype::subarray(i4, {1}),
+            (path + ": member 'sub.npy': a sub-array dtype ('<i4', (1,)) is no array's dtype "
+                    "(numpy loads no .npy of it): write its base type with the sub-array's "
+                    "shape appended").c_str());
+    mmnpz::field unset;
+    unset.name = "x";
+    refused("unset", mmnpz::dtype::structured({unset}),
+            (path + ": member 'unset.npy': the dtype [('x', )] gives a .npy header readers "
+                    "refuse: bad .npy header: a field must be a tuple (name, descr[, shape])")
+                .c_str());
+    // A refused name of 70,000 bytes is shown by its start and length.
+    refused(std::string(70000, 'n'), i4,
+            (path + ": member '" + std::string(64, 'n') + "... (70000 bytes)': a member name " +
+             "must be shorter than 65,532 bytes").c_str());
     CHECK(file_size(path) == size);
   }
 
@@ -372,6 +391,13 @@ TEST_SUITE("writer") {
     {
       auto s = w.begin("whole", mmnpz::dtype::of<std::uint32_t>(), {1000, 100});
       const auto* bytes = reinterpret_cast<const char*>(data.data());
+      // A null pointer is refused before the kernel sees it (it said "Bad address", EFAULT),
+      // and the member goes on.
+      CHECK_THROWS_WITH_AS(s.write(nullptr, 8),
+                           (path + ": member 'whole.npy': no data given for 8 bytes (nothing "
+                                   "was written; the member is still open)").c_str(),
+                           mmnpz::error);
+      s.write(nullptr, 0);
       for (std::size_t off = 0; off < data.size() * 4; off += 4093) {
         s.write(bytes + off, std::min<std::size_t>(4093, data.size() * 4 - off));
       }

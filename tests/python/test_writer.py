@@ -317,6 +317,26 @@ def test_a_streamed_member_equals_the_whole_array(tmp_path, assert_same):
     assert_same(mmnpz.load(path)["s"], want)
 
 
+def test_a_stream_of_a_sub_array_dtype_is_the_array_numpy_makes_of_it(tmp_path, assert_same):
+    # np.empty((3,), ("<f4", (2,))) is a float32 array of shape (3, 2): begin() declared a
+    # (3,) member of float32 (half the bytes), and refused the (3, 2) chunks.
+    sub = np.dtype(("<f4", (2,)))
+    want = np.arange(6, dtype="<f4").reshape(3, 2)
+    assert np.empty((3,), sub).shape == want.shape
+    path = tmp_path / "sub.npz"
+    with mmnpz.NpzWriter(path) as writer:
+        with writer.begin("s", sub, 3) as stream:
+            assert (stream.remaining, stream.dtype) == (want.nbytes, np.dtype("<f4"))
+            stream.write(want)
+        with pytest.raises(ValueError, match=r"^member 'f': a sub-array dtype \('<f4', \(2,\)\) "
+                                             r"in Fortran order has no \.npy layout; give dtype "
+                                             r"float32 and shape \(3, 2\) in C order$"):
+            writer.begin("f", sub, (3,), fortran_order=True)
+    with np.load(path) as npz:
+        assert npz.files == ["s"]
+        assert_same(npz["s"], want)
+
+
 def test_an_incomplete_stream_raises_value_error_and_leaves_no_member(tmp_path):
     path = tmp_path / "i.npz"
     with mmnpz.NpzWriter(path) as writer:
