@@ -126,7 +126,8 @@ class reader {
   /// always the first) and where the file now ends, not SIGBUS.
   void copy_bytes(std::size_t index, std::byte* out) const;
   /// Copies `n` bytes of those contents, from byte `from` of them, into `out`, as above.
-  /// errc::invalid_argument when [from, from + n) is not within them.
+  /// errc::invalid_argument when [from, from + n) is not within them, and (both overloads)
+  /// for a null `out` when there are bytes to copy.
   void copy_bytes(std::size_t index, std::byte* out, std::uint64_t from, std::uint64_t n) const;
 
   /// The member's data as stored in the file (its compressed_size bytes after the local
@@ -151,7 +152,8 @@ class reader {
   /// throws the error bytes() throws, with the same message, possibly after earlier pieces
   /// were handed out: a caller that keeps them must discard them when read() throws. As with
   /// bytes(), a stored member's CRC-32 is not checked (verify() does). An exception thrown by
-  /// `sink` ends the read and propagates. errc::invalid_argument when `chunk` is 0.
+  /// `sink` ends the read and propagates. errc::invalid_argument when `chunk` is 0 or `sink`
+  /// is empty.
   void read(std::string_view key, const std::function<void(const std::byte*, std::size_t)>& sink,
             std::size_t chunk = std::size_t{1} << 20) const {
     read(index_of(key), sink, chunk);
@@ -196,8 +198,9 @@ class reader {
   /// from the cache). Deflated members are skipped: array_header() reads their headers without
   /// inflating them whole. A view handed out is valid as long as array()'s would be; a later
   /// array() of the same member decodes it again. An index out of range throws
-  /// (errc::not_found) before anything is read; an exception thrown by `visit` stops the
-  /// listing and propagates.
+  /// (errc::not_found) before anything is read, and an empty `visit`
+  /// (errc::invalid_argument); an exception thrown by `visit` stops the listing and
+  /// propagates.
   void visit_arrays(std::vector<std::size_t> indices, const array_visitor& visit) const;
 
   /// Checks the CRC-32 of every member's contents against the directory; never throws for a

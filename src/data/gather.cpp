@@ -575,6 +575,7 @@ std::unique_ptr<plan> make_plan(const std::vector<gather_field>& given, const st
   p->fields = given;
   p->options = o;
   if (given.empty() || count == 0) return p;
+  if (!starts) throw errors::invalid_argument("<gather>", "no starts given (a null pointer)");
   // Every field's length is checked before anything else.
   std::vector<std::uint64_t> lengths;
   for (const gather_field& f : p->fields) {

@@ -401,6 +401,11 @@ class archive {
                                          std::to_string(from) + " are not within its " +
                                          std::to_string(d.contents_size));
     }
+    if (n > 0 && out == nullptr) {
+      throw errors::invalid_argument(path_, m.name, error::no_offset,
+                                     "copy_bytes: no output given for " + std::to_string(n) +
+                                         " bytes (a null pointer)");
+    }
     detail::mapped_copy job{contents(d) + from, n, out};
     if (!d.mapped) {
       detail::mapped_copy::run(&job);
@@ -941,6 +946,10 @@ array_view reader::array(std::size_t index) const {
 }
 
 void reader::visit_arrays(std::vector<std::size_t> indices, const array_visitor& visit) const {
+  if (!visit) {
+    throw errors::invalid_argument(path(), {}, error::no_offset,
+                                   "visit_arrays: no visitor given (an empty std::function)");
+  }
   arc().visit_not_deflated(
       indices, a_, [&](std::size_t i, std::shared_ptr<const detail::decoded> d) {
         array_view view;
@@ -985,6 +994,10 @@ void reader::copy_bytes(std::size_t index, std::byte* out, std::uint64_t from,
 
 void reader::read(std::size_t index, const std::function<void(const std::byte*, std::size_t)>& sink,
                   std::size_t chunk) const {
+  if (!sink) {
+    throw errors::invalid_argument(path(), {}, error::no_offset,
+                                   "read: no sink given (an empty std::function)");
+  }
   arc().read(index, sink, chunk);
 }
 

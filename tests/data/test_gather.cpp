@@ -172,7 +172,7 @@ TEST_SUITE("gather") {
         mmnpz::error);
   }
 
-  TEST_CASE("a field without its source, indices or output is refused, not followed") {
+  TEST_CASE("a field without its source, indices, starts or output is refused, not followed") {
     const auto ds = make("g_null.npz", {5});
     mmnpz::excerpt_options o;
     o.length = 2;
@@ -193,6 +193,10 @@ TEST_SUITE("gather") {
     CHECK_THROWS_WITH_AS(mmnpz::gather({f}, &s, 1, o), "<gather>: a field has no output (a null pointer)",
                          mmnpz::error);
     f.out = reinterpret_cast<std::byte*>(out.data());
+    CHECK_THROWS_WITH_AS(mmnpz::gather({f}, nullptr, 1, o),
+                         "<gather>: no starts given (a null pointer)", mmnpz::error);
+    CHECK_THROWS_WITH_AS(mmnpz::gather(ds, &i, nullptr, 1, f.out, f.out_bytes, o),
+                         "<gather>: no starts given (a null pointer)", mmnpz::error);
     mmnpz::gather({f}, &s, 1, o);
     CHECK(out[bins] == value(0, 1, 0));
   }

@@ -383,6 +383,30 @@ TEST_SUITE("reader: streaming") {
                          mmnpz::error);
   }
 
+  TEST_CASE("a null output and empty callbacks are refused, not followed (they crashed)") {
+    const std::string path = fixture("non_npy_members.npz");
+    const mmnpz::reader r(path);
+    const std::size_t a = r.index_of("a");
+    CHECK_THROWS_WITH_AS(r.copy_bytes(a, nullptr),
+                         (path + ": member 'a.npy': copy_bytes: no output given for " +
+                          std::to_string(r.bytes(a).size) + " bytes (a null pointer)")
+                             .c_str(),
+                         mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.copy_bytes(a, nullptr, 2, 4),
+                         (path + ": member 'a.npy': copy_bytes: no output given for 4 bytes (a "
+                                 "null pointer)")
+                             .c_str(),
+                         mmnpz::error);
+    r.copy_bytes(a, nullptr, 2, 0);  // nothing to copy
+    CHECK_THROWS_WITH_AS(r.read(a, {}), (path + ": read: no sink given (an empty std::function)")
+                                            .c_str(),
+                         mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.visit_arrays({a}, {}),
+                         (path + ": visit_arrays: no visitor given (an empty std::function)")
+                             .c_str(),
+                         mmnpz::error);
+  }
+
   TEST_CASE("an exception from the sink ends read() and propagates") {
     const mmnpz::reader r(fixture("compressed.npz"));
     int calls = 0;

@@ -80,7 +80,8 @@ item_layout batch_layout(const dataset& source, const std::int64_t* indices, std
 
 /// Fills every field's `out` with `count` excerpts: excerpt k of a field is rows
 /// [start_k, start_k + field length) (field-rate units) of item indices[k]. Everything is
-/// checked before the first byte is copied (indices, layouts, starts: 0 <= start, and
+/// checked before the first byte is copied (null `starts`, sources, indices or outputs when
+/// count > 0, indices, layouts, starts: 0 <= start, and
 /// start <= member length for pad_mode::fill, start + length <= member length for
 /// pad_mode::none, a non-empty member for pad_mode::wrap; out_bytes); errors name the archive
 /// and member. Copies run on the shared thread pool, reading items in file order; no lock
