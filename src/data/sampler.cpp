@@ -180,6 +180,17 @@ std::uint64_t sampler::rank_size() const {
 }
 
 std::uint64_t sampler::global_position(std::uint64_t position) const {
+  if (position >= rank_size()) {
+    throw errors::out_of_range("<sampler>", "position " + std::to_string(position) +
+                                                " is past the end of the epoch (" +
+                                                std::to_string(rank_size()) + " samples for rank " +
+                                                std::to_string(o_.rank) + " of " +
+                                                std::to_string(o_.world_size) + ")");
+  }
+  return epoch_position(position);
+}
+
+std::uint64_t sampler::epoch_position(std::uint64_t position) const {
   std::uint64_t g = 0;  // without a 128-bit division where 64 bits hold the product
   if (!__builtin_mul_overflow(position, o_.world_size, &g) &&
       !__builtin_add_overflow(g, o_.rank, &g)) {
@@ -246,11 +257,16 @@ void sampler::fill(std::uint64_t epoch, std::uint64_t position, std::size_t coun
                                                 std::to_string(o_.rank) + " of " +
                                                 std::to_string(o_.world_size) + ")");
   }
+  if (count > 0 && (indices == nullptr || starts == nullptr)) {
+    throw errors::invalid_argument("<sampler>", std::string("fill: no output given for the ") +
+                                                    (indices ? "starts" : "indices") +
+                                                    " (a null pointer)");
+  }
   // One permutation for the whole call (its keys cost more than an element).
   if (o_.kind == sampling::shuffle) {
     const permutation p(lengths_.size(), counter_random(o_.seed, epoch, 0, permutation_key));
     for (std::size_t k = 0; k < count; ++k) {
-      const std::uint64_t g = global_position(position + k);
+      const std::uint64_t g = epoch_position(position + k);
       const std::uint64_t item = p(g);
       indices[k] = static_cast<std::int64_t>(item);
       starts[k] = static_cast<std::int64_t>(crop(epoch, g, item));
@@ -258,7 +274,7 @@ void sampler::fill(std::uint64_t epoch, std::uint64_t position, std::size_t coun
     return;
   }
   for (std::size_t k = 0; k < count; ++k) {
-    sample(epoch, global_position(position + k), indices[k], starts[k]);
+    sample(epoch, epoch_position(position + k), indices[k], starts[k]);
   }
 }
 

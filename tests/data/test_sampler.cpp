@@ -233,7 +233,7 @@ TEST_SUITE("sampler") {
     CHECK(mmnpz::sampler(lens, o).epoch_size() == 4);
   }
 
-  TEST_CASE("bad options and positions past the epoch are refused with a sentence") {
+  TEST_CASE("bad options, positions past the epoch and null outputs are refused with a sentence") {
     mmnpz::sampler_options o;
     o.length = 200;
     CHECK_THROWS_WITH_AS(mmnpz::sampler(lengths(5), o),
@@ -285,6 +285,20 @@ TEST_SUITE("sampler") {
                          ("<sampler>: " + std::to_string(SIZE_MAX) +
                           " positions from 3 run past the end of the epoch (5 samples for rank 0 "
                           "of 1)").c_str(),
+                         mmnpz::error);
+    // Within the epoch, null outputs are refused (they were written through: SIGSEGV).
+    CHECK_THROWS_WITH_AS(s.fill(0, 0, 2, nullptr, st),
+                         "<sampler>: fill: no output given for the indices (a null pointer)",
+                         mmnpz::error);
+    CHECK_THROWS_WITH_AS(s.fill(0, 0, 2, i, nullptr),
+                         "<sampler>: fill: no output given for the starts (a null pointer)",
+                         mmnpz::error);
+    s.fill(0, 5, 0, nullptr, nullptr);  // nothing to write
+    // global_position() of a position past the rank's part answered a wrapped one.
+    CHECK(s.global_position(4) == 4);
+    CHECK_THROWS_WITH_AS(s.global_position(5),
+                         "<sampler>: position 5 is past the end of the epoch (5 samples for "
+                         "rank 0 of 1)",
                          mmnpz::error);
   }
 

@@ -109,13 +109,16 @@ class sampler {
   std::uint64_t rank_size() const;
   /// Writes the samples at positions [position, position + count) of this rank's part of
   /// `epoch`. Throws errc::out_of_range when they run past rank_size(), before writing
-  /// anything (the outputs are then not used and may be null).
+  /// anything (the outputs are then not used and may be null), and errc::invalid_argument
+  /// for a null output when there are samples to write.
   void fill(std::uint64_t epoch, std::uint64_t position, std::size_t count, std::int64_t* indices,
             std::int64_t* starts) const;
-  /// The epoch-wide position (0 <= p < epoch_size()) of this rank's `position`.
+  /// The epoch-wide position (0 <= p < epoch_size()) of this rank's `position`. Throws
+  /// errc::out_of_range when `position` is not below rank_size().
   std::uint64_t global_position(std::uint64_t position) const;
 
  private:
+  std::uint64_t epoch_position(std::uint64_t position) const;  // global_position(), unchecked
   void sample(std::uint64_t epoch, std::uint64_t g, std::int64_t& index, std::int64_t& start) const;
   std::uint64_t crop(std::uint64_t epoch, std::uint64_t g, std::uint64_t item) const;
   void index_positions();
