@@ -714,6 +714,9 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
         return NpzReader(file, mmap_mode, **npz)
     if hasattr(file, "read"):
         _check_readable(file)
+        if isinstance(file, io.TextIOBase):  # refused before a read decodes binary as text
+            raise TypeError(f"{_file_object_name(file)}: the file is open in text mode (open "
+                            f"the file in binary mode)")
         seekable = file.seekable() if hasattr(file, "seekable") else False
         magic = file.read(len(_NPY_MAGIC))
         if not isinstance(magic, bytes):

@@ -744,9 +744,12 @@ def test_a_reader_not_opened_from_a_path_cannot_be_pickled(npz):
     assert pickle.loads(pickle.dumps(mmnpz.load(npz, None))).mmap_mode is None
 
 
-def test_a_text_mode_file_object_is_refused_clearly(npz):
-    with open(npz, "r", encoding="latin-1") as f:
-        with pytest.raises(TypeError, match="open the file in binary mode"):
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-8"])
+def test_a_text_mode_file_object_is_refused_clearly(npz, encoding):
+    # In UTF-8 (the usual default), reading the archive as text was a UnicodeDecodeError.
+    with open(npz, "r", encoding=encoding) as f:
+        with pytest.raises(TypeError, match=f"^{re.escape(str(npz))}: the file is open in text "
+                                            r"mode \(open the file in binary mode\)$"):
             mmnpz.load(f)
 
 
