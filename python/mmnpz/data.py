@@ -16,6 +16,7 @@ import collections
 import errno
 import functools
 import mmap
+import numbers
 import operator
 import os
 import re
@@ -321,6 +322,17 @@ class Dataset:
         else:
             if given.size == 0:
                 given = given.astype(np.int64)
+            if given.dtype == object and all(isinstance(v, numbers.Integral)
+                                             for v in given.flat):
+                # Python ints, some past 2^64 (numpy holds those as objects).
+                big = next((v for v in given.flat if not -(1 << 63) <= v < 1 << 63), None)
+                if big is not None:
+                    raise IndexError(f"subset: index {big} is out of range for a dataset of "
+                                     f"{len(self)} items")
+                given = given.astype(np.int64)
+            if given.dtype.kind == "u" and given.size and given.max() >= 1 << 63:
+                raise IndexError(f"subset: index {given.max()} is out of range for a dataset of "
+                                 f"{len(self)} items")  # as int64 it would have wrapped
             if given.dtype.kind not in "iu":
                 raise TypeError(f"subset: items must be integers or booleans, not {given.dtype}")
             if given.ndim != 1:
@@ -339,6 +351,9 @@ class Dataset:
         (the fractions must be positive and sum to at most 1). An item's part depends only on
         ``seed`` and its member name (a stable hash), so an item stays in its part when
         items are added or removed. Items of the same name are in the same part."""
+        if isinstance(fractions, (numbers.Number, str, bytes)):
+            raise TypeError(f"split: fractions must be a sequence of numbers (such as [0.8, "
+                            f"0.1]), not {type(fractions).__name__}")
         fractions = [float(f) for f in fractions]
         # not (f > 0) refuses NaN too, which min() and sum() would let through.
         if not fractions or not all(f > 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
@@ -378,7 +393,7 @@ class Dataset:
         try:
             length = _core.integer(length, "length")
             options = _excerpt_options(length, pad, _core.integer(threads, "threads"), io)
-            indices = self._to_base(_int64_vector(indices, "indices"))
+            indices = self._to_base(_int64_vector(indices, "indices", IndexError))
             starts = _int64_vector(starts, "starts")
             dtype, trailing = self._batch_layout(indices)
             out = _out_array(out, (len(indices), length) + trailing, dtype)
@@ -530,11 +545,24 @@ def _in_user_words(error, function, paths=()):
     return type(error)(f"{function}: {_SUBJECT.sub('', message)}")
 
 
-def _int64_vector(values, what):
+def _int64_vector(values, what, too_large=ValueError):
+    """``values`` as a contiguous one-dimensional int64 array: TypeError for what is not
+    integers, ``too_large`` for a value no int64 holds (cast, it would have wrapped)."""
     if not (isinstance(values, np.ndarray) and values.dtype == np.int64):
         given = np.asarray(values)
+        if given.size and given.dtype == object and all(
+                isinstance(v, numbers.Integral) for v in given.flat):
+            # Python ints: numpy makes an object array of those past 2^64.
+            big = next((v for v in given.flat if not -(1 << 63) <= v < 1 << 63), None)
+            if big is not None:
+                raise too_large(f"{what}: {big} does not fit in a 64-bit signed integer")
+            given = given.astype(np.int64)
+            values = given
         if given.size and given.dtype.kind not in "iu":
             raise TypeError(f"{what} must be integers, not {given.dtype}")
+        if given.size and given.dtype.kind == "u" and given.max() >= 1 << 63:
+            # Cast to int64 it would wrap: 2^64 - 1 became -1.
+            raise too_large(f"{what}: {given.max()} does not fit in a 64-bit signed integer")
     values = np.ascontiguousarray(values, dtype=np.int64)
     if values.ndim != 1:
         raise ValueError(f"{what} must be one-dimensional")
@@ -632,7 +660,7 @@ def _prepare(fields, starts, options, out_for, fill, valid):
             raise TypeError(f"fields[{f}] must be a triple (mmnpz.Dataset, indices, rate), not "
                             f"{given}")
         ds, indices, rate = field
-        indices = ds._to_base(_int64_vector(indices, "indices"))
+        indices = ds._to_base(_int64_vector(indices, "indices", IndexError))
         r = _core.rate(rate)
         rows = _mmnpz.field_length(options.length, r.numerator, r.denominator)
         dtype, trailing = ds._batch_layout(indices)

@@ -205,6 +205,28 @@ def test_bad_requests_raise_clear_errors_and_leave_out_untouched(shards):
         mmnpz.Sampler([3.7, 4.0])
 
 
+@pytest.mark.parametrize("big", [np.array([2**63], np.uint64), [2**63], [2**64]])
+def test_indices_and_starts_no_int64_holds_are_refused_as_given_not_wrapped(shards, big):
+    # Cast to int64, 2^63 was "index -9223372036854775808" and 2^64 - 1 "start -1 is negative"
+    # (2^64 itself, an object array, "must be integers, not object").
+    ds = mmnpz.Dataset(shards[0])
+    value = int(np.asarray(big, dtype=object)[0])
+    with pytest.raises(IndexError, match=f"^Dataset.gather: indices: {value} does not fit in a "
+                                         f"64-bit signed integer$"):
+        ds.gather(big, [0], 1)
+    with pytest.raises(ValueError, match=f"^Dataset.gather: starts: {value} does not fit in a "
+                                         f"64-bit signed integer$"):
+        ds.gather([0], big, 1)
+    with pytest.raises(IndexError, match=f"^subset: index {value} is out of range for a "
+                                         f"dataset of {len(ds)} items$"):
+        ds[big]
+    with pytest.raises(IndexError, match=f"^gather_fields: indices: {value} does not fit"):
+        mmnpz.gather_fields([(ds, big, 1)], [0], 1)
+    # Unsigned and object arrays of values int64 holds are taken.
+    assert ds.gather(np.array([1], np.uint64), np.array([0], object), 1).shape[0] == 1
+    assert len(ds[np.array([1, -1], dtype=object)]) == 2
+
+
 def test_a_fill_out_of_the_dtypes_range_is_refused_and_every_other_fill_kept_bit_for_bit(
         tmp_path):
     with mmnpz.NpzWriter(tmp_path / "d.npz") as w:

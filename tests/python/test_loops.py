@@ -463,6 +463,10 @@ def test_a_split_refuses_nan_fractions_and_seeds_beyond_128_bits(tmp_path):
                                          r"does not fit in 128 bits \(a signed integer\)$"):
         ds.split([0.5, 0.5], seed=2**127)
     assert sum(len(part) for part in ds.split([0.5, 0.5], seed=-2**127)) == 10
+    # A single fraction was "'float' object is not iterable".
+    with pytest.raises(TypeError, match=r"^split: fractions must be a sequence of numbers "
+                                        r"\(such as \[0\.8, 0\.1\]\), not float$"):
+        ds.split(0.8)
 
 
 def test_a_split_puts_each_item_where_the_keyed_blake2b_of_its_name_says(tmp_path):
