@@ -4,6 +4,7 @@ and the place a loader's saved state resumes at."""
 
 import collections.abc
 import fractions
+import math
 import operator
 import os
 import sys
@@ -42,9 +43,17 @@ def rate(value):
     """A field's frame rate as a positive Fraction (denominators up to 2**20)."""
     if value == 1:
         return _ONE  # the common case, without building a Fraction
-    r = fractions.Fraction(value).limit_denominator(1 << 20)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"a field's rate must be a positive finite number, not {value!r}")
+    try:
+        r = fractions.Fraction(value).limit_denominator(1 << 20)
+    except (TypeError, ValueError) as e:  # Fraction's words name no rate
+        raise type(e)(f"a field's rate must be a number or a fraction such as '1/2', not "
+                      f"{value!r}") from None
     if r <= 0:
         raise ValueError(f"a field's rate must be positive, not {value!r}")
+    if r.numerator >= 1 << 64:  # the C++ core takes 64-bit numerators
+        raise ValueError(f"a field's rate {value!r} is too large (2^64 or more)")
     return r
 
 

@@ -983,6 +983,18 @@ class Loader:
         if not isinstance(sampler, Sampler):
             raise TypeError(f"Loader: sampler must be an mmnpz.Sampler, not "
                             f"{type(sampler).__name__}")
+        lengths = dataset.lengths
+        if len(sampler._lengths) != len(lengths) or not np.array_equal(sampler._lengths, lengths):
+            # Its draws would be another dataset's items: an IndexError at some batch, or
+            # windows past the items' ends, or silently other items' rows.
+            if len(sampler._lengths) != len(lengths):
+                why = f"{len(sampler._lengths)} items, the dataset has {len(lengths)}"
+            else:
+                k = int(np.flatnonzero(sampler._lengths != lengths)[0])
+                why = (f"item {k} of {int(sampler._lengths[k])} rows, the dataset's "
+                       f"{dataset.name(k)!r} has {int(lengths[k])}")
+            raise ValueError(f"Loader: the sampler was made for other items ({why}); make it "
+                             f"of this dataset: Sampler(dataset, ...)")
         self._each_pass = epochs is _EACH_PASS
         if self._each_pass:
             epochs = 1
@@ -1016,6 +1028,11 @@ class Loader:
             if len(field) != len(dataset):  # item i of a field goes with item i of the data
                 raise ValueError(f"Loader: fields[{k}] has {len(field)} items, the data "
                                  f"{len(dataset)}")
+            try:  # the rate, and the field's whole rows per excerpt, now rather than at a batch
+                r = _core.rate(pair[1])
+                _mmnpz.field_length(excerpt.length, r.numerator, r.denominator)
+            except _USER_ERRORS as e:
+                raise _in_user_words(e, "Loader") from None
         self.dataset, self.sampler, self.batch_size = dataset, sampler, options.batch_size
         self.length, self.pad, self.fill, self.threads = excerpt.length, excerpt.pad, fill, threads
         self.epochs, self.prefetch, self.drop_last = options.epochs, options.prefetch, drop_last

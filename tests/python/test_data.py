@@ -743,6 +743,44 @@ def test_options_are_checked_once_with_one_message_each_in_the_users_words(shard
     assert len(mmnpz.Loader(ds, sampler, 22, pad="fill", drop_last=False)) == 1
 
 
+def test_a_loader_refuses_a_sampler_made_for_other_items(shards):
+    # Made of another dataset, a sampler's draws were an IndexError at some batch, or other
+    # items' rows taken silently when the counts agreed.
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    sampler = mmnpz.Sampler(ds, length=2)
+    with pytest.raises(ValueError, match=r"^Loader: the sampler was made for other items \(21 "
+                                         r"items, the dataset has 3\); make it of this "
+                                         r"dataset: Sampler\(dataset, \.\.\.\)$"):
+        mmnpz.Loader(ds[:3], sampler, 2, pad="fill")
+    lengths = ds.lengths.copy()
+    lengths[4] += 1
+    with pytest.raises(ValueError, match=rf"^Loader: the sampler was made for other items "
+                                         rf"\(item 4 of {lengths[4]} rows, the dataset's "
+                                         rf"'{ds.name(4)}' has {lengths[4] - 1}\)"):
+        mmnpz.Loader(ds, mmnpz.Sampler(lengths, length=2), 2, pad="fill")
+    assert len(mmnpz.Loader(ds, mmnpz.Sampler(ds.lengths, length=2), 2, pad="fill")) == 10
+
+
+@pytest.mark.parametrize("rate, error, message", [
+    (float("nan"), ValueError, "a field's rate must be a positive finite number, not nan"),
+    (float("inf"), ValueError, "a field's rate must be a positive finite number, not inf"),
+    (None, TypeError, "a field's rate must be a number or a fraction such as '1/2', not None"),
+    ("x", ValueError, "a field's rate must be a number or a fraction such as '1/2', not 'x'"),
+    (2**70, ValueError, "a field's rate 1180591620717411303424 is too large (2^64 or more)"),
+    (1 / 3, ValueError, "an excerpt of 2 rows at rate 1/3 is not a whole number of rows")])
+def test_a_field_rate_is_checked_when_the_loader_is_made_in_words_naming_it(
+        shards, rate, error, message):
+    # Rates were checked at the first batch, in Fraction's words ("cannot convert NaN to
+    # integer ratio") or pybind11's ("incompatible function arguments").
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    with pytest.raises(error, match=f"^Loader: {re.escape(message)}$"):
+        mmnpz.Loader(ds, mmnpz.Sampler(ds, length=2), 2, pad="fill", fields=[(ds, rate)])
+    with pytest.raises(error, match=f"^gather_fields: {re.escape(message)}$"):
+        mmnpz.gather_fields([(ds, [0], 1), (ds, [0], rate)], [0], 2, pad="fill")
+
+
 def test_a_samplers_options_are_one_typed_object(shards):
     spec, _ = shards
     ds = mmnpz.Dataset(spec)
