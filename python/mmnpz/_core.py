@@ -39,6 +39,26 @@ def member_name(name):
     return name
 
 
+def byte_buffer(data, name):
+    """``data`` for a member written as bytes (``name``'s): ``bytes`` as they are, any other
+    C-contiguous buffer as a flat memoryview of its bytes; TypeError for a str (text has no
+    bytes until encoded) or an object with no buffer, ValueError for a strided buffer."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        raise TypeError(f"member {name!r}: data must be bytes or a buffer, not str (encode the "
+                        f"text: text.encode())")
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"member {name!r}: data must be bytes or a buffer, not "
+                        f"{type(data).__name__}") from None
+    if not view.c_contiguous:
+        raise ValueError(f"member {name!r}: the buffer's bytes must be contiguous (C order); "
+                         f"copy it first, bytes(...) or numpy.ascontiguousarray(...)")
+    return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+
+
 def rate(value):
     """A field's frame rate as a positive Fraction (denominators up to 2**20)."""
     if value == 1:

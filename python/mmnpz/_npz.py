@@ -836,9 +836,10 @@ def _raw_bytes(array):
 class _MemberStream:
     """A member being written in pieces; see :meth:`NpzWriter.begin`."""
 
-    def __init__(self, stream, dtype):
+    def __init__(self, stream, dtype, name):
         self._stream = stream
         self.dtype = dtype
+        self._name = name
 
     @property
     def remaining(self):
@@ -851,6 +852,8 @@ class _MemberStream:
             if chunk.dtype != self.dtype:
                 raise TypeError(f"chunk of dtype {chunk.dtype} for a member of dtype {self.dtype}")
             chunk = _raw_bytes(np.ascontiguousarray(chunk))
+        else:
+            chunk = _core.byte_buffer(chunk, self._name)
         self._stream.write(chunk)
 
     def commit(self):
@@ -966,7 +969,7 @@ class NpzWriter:
         a member of exactly ``name`` (``"meta.json"``), not a .npy; ``load()`` gives it back
         as ``bytes``."""
         _core.member_name(name)
-        data = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        data = _core.byte_buffer(data, name)
         level = -1 if self._level is None else self._level
         with self._lock:
             self._open_writer().write_bytes(name, data, self._level is not None, level)
@@ -994,7 +997,7 @@ class NpzWriter:
                              f"64-bit integer")
         with self._lock:
             stream = self._open_writer().begin(name, descr, shape, bool(fortran_order))
-        return _MemberStream(stream, dtype)
+        return _MemberStream(stream, dtype, name)
 
     def close(self):
         """Writes the central directory and closes the file (idempotent). With mode ``"w"``,
@@ -1013,6 +1016,11 @@ class NpzWriter:
             if self._writer is not None:
                 writer, self._writer = self._writer, None
                 writer.discard()
+
+    def __reduce__(self):
+        raise TypeError("an NpzWriter cannot be pickled or copied: it holds its file open and "
+                        "locked; make a writer where it is used (or write the archive in one "
+                        "process)")
 
     def __enter__(self):
         return self
@@ -1036,6 +1044,9 @@ def _named_arrays(args, kwds):
 
 
 def _save(file, named, compresslevel, comment):
+    if isinstance(file, io.TextIOBase):  # refused before anything is written
+        raise TypeError(f"{_file_object_name(file)}: the file is open in text mode (open the "
+                        f"file in binary mode)")
     if hasattr(file, "write"):
         # A file object: written to a temporary file, then copied to it (alignment is relative
         # to where the file object stands).

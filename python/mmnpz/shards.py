@@ -134,6 +134,7 @@ class ShardWriter:
         """Writes ``data`` (bytes or any contiguous buffer) as member ``name``, nothing
         appended: a JSON or text sidecar, for example."""
         self._check_name(name)
+        data = _core.byte_buffer(data, name)
         with self._lock:
             self._writer.write_bytes(name, data)
 
@@ -145,10 +146,16 @@ class ShardWriter:
         would be refused for its name (invalid, written before or repeated in the group) or its
         value (an object array) refuses the whole group before any of it is written."""
         prepared, checked = [], []
-        for name, value in members:
+        for member in members:
+            if not (isinstance(member, (tuple, list)) and len(member) == 2):
+                raise TypeError(f"write_group: members must be (name, value) pairs, not "
+                                f"{type(member).__name__}"
+                                + (f" of {len(member)}" if isinstance(member, (tuple, list))
+                                   else ""))
+            name, value = member
             if isinstance(value, (bytes, bytearray, memoryview)):
                 self._check_name(name)
-                prepared.append((name, value, None))
+                prepared.append((name, _core.byte_buffer(value, name), None))
                 checked.append((name, False))
             else:
                 prepared.append((name, None, self._array(name, value)))
@@ -164,6 +171,11 @@ class ShardWriter:
                     self._writer.write_bytes(name, data)
                 else:
                     self._writer.write(name, *array)
+
+    def __reduce__(self):
+        raise TypeError("a ShardWriter cannot be pickled or copied: it holds its shards open "
+                        "and locked; make a writer where it is used (or one per process, each "
+                        "with its own name)")
 
     def close(self):
         """Closes the last shard and renames the shards to their final names (idempotent)."""

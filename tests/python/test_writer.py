@@ -451,3 +451,60 @@ def test_savez_refuses_a_keyword_clashing_with_a_positional_name(tmp_path):
     with pytest.raises(ValueError):
         mmnpz.savez(tmp_path / "m.npz", [1], arr_0=[2])
     assert os.listdir(tmp_path) == []
+
+
+def test_bytes_members_take_buffers_and_refuse_text_and_strided_buffers_by_name(tmp_path):
+    # Were pybind11's "incompatible function arguments" (ShardWriter) or memoryview's words
+    # ("a bytes-like object is required", "casts are restricted to C-contiguous views").
+    strided = memoryview(np.arange(6)[::2])
+    fortran = memoryview(np.asfortranarray(np.ones((2, 2))))
+    refusals = [("text", TypeError, "member 'm': data must be bytes or a buffer, not str "
+                                    "(encode the text: text.encode())"),
+                (5, TypeError, "member 'm': data must be bytes or a buffer, not int"),
+                (strided, ValueError, "member 'm': the buffer's bytes must be contiguous (C "
+                                      "order); copy it first, bytes(...) or "
+                                      "numpy.ascontiguousarray(...)"),
+                (fortran, ValueError, "member 'm': the buffer's bytes must be contiguous (C "
+                                      "order); copy it first, bytes(...) or "
+                                      "numpy.ascontiguousarray(...)")]
+    grid = np.arange(6, dtype="<i8").reshape(2, 3)
+    with mmnpz.NpzWriter(tmp_path / "w.npz") as writer, \
+            mmnpz.ShardWriter(tmp_path / "s.npz") as shards:
+        for data, error, message in refusals:
+            for write in (writer.write_bytes, shards.write_bytes):
+                with pytest.raises(error, match=f"^{re.escape(message)}$"):
+                    write("m", data)
+        with pytest.raises(TypeError, match=r"^write_group: members must be \(name, value\) "
+                                            r"pairs, not tuple of 3$"):
+            shards.write_group([("a", b"x", b"y")])
+        with writer.begin("m", "<u1", (4,)) as stream:
+            with pytest.raises(TypeError, match="^member 'm': data must be bytes or a buffer, "
+                                                "not str"):
+                stream.write("ab")
+            stream.write(bytearray(b"ab"))
+            stream.write(memoryview(b"cd"))
+        for write in (writer.write_bytes, shards.write_bytes):
+            write("grid", memoryview(grid))  # a C-contiguous buffer of any shape and format
+    with np.load(tmp_path / "w.npz") as f:
+        assert f.files == ["m", "grid"]
+        assert f["m"].tobytes() == b"abcd" and f["grid"] == grid.tobytes()
+    with np.load(tmp_path / "s-00000-of-00001.npz") as f:
+        assert f.files == ["grid"] and f["grid"] == grid.tobytes()
+
+
+def test_writers_refuse_pickling_and_text_files_in_words_saying_why(tmp_path):
+    import copy
+    import pickle
+    with mmnpz.NpzWriter(tmp_path / "w.npz") as writer, \
+            mmnpz.ShardWriter(tmp_path / "s.npz") as shards:
+        # Were "cannot pickle '_thread.RLock' object".
+        with pytest.raises(TypeError, match="^an NpzWriter cannot be pickled or copied: it "
+                                            "holds its file open and locked"):
+            pickle.dumps(writer)
+        with pytest.raises(TypeError, match="^a ShardWriter cannot be pickled or copied"):
+            copy.deepcopy(shards)
+    with open(tmp_path / "t.npz", "w") as text:
+        # Was "write() argument must be str, not bytes" once the archive was made.
+        with pytest.raises(TypeError, match=r"t\.npz: the file is open in text mode \(open "
+                                            r"the file in binary mode\)$"):
+            mmnpz.savez(text, a=[1])
