@@ -31,8 +31,9 @@ struct shard_writer_options {
   bool allow_duplicate_names = false;
 };
 
-/// Checks the options for `path` (the path given to shard_writer); throws
-/// errc::invalid_argument with one message per mistake.
+/// Checks the options for `path` (the path given to shard_writer), and that `path` is a file
+/// name ending in ".npz"; throws errc::invalid_argument with one message per mistake. Touches
+/// no file.
 void validate(const shard_writer_options& options, const std::string& path);
 
 /// Writes a sequence of items as sharded aligned archives: for "out/train.npz", the shards

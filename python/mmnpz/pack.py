@@ -25,7 +25,9 @@ WAVE_FORMAT_EXTENSIBLE before Python 3.12), with the ``soundfile`` module
 (``apt-get install python3-soundfile``).
 
 An input that cannot be read is reported by name on stderr and skipped (the exit status is
-then 1), or with ``--strict`` stops the run (exit status 1). Stopping loses nothing: the
+then 1), or with ``--strict`` stops the run (exit status 1). When no input can be read (a
+mistyped path, an empty directory), no shard is written: the shards of an earlier run of the
+same name stay as they were. Stopping loses nothing: the
 shards written so far, and the last one with what it holds, are closed and renamed.
 ``--jobs N`` decodes N inputs at a time in threads; members are written in input order.
 ``--max-items`` counts members; an audio file's samples and sidecar always share a shard (the
@@ -383,8 +385,10 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
     the command does; returns a :class:`Result` (``result.spec`` opens them as a Dataset).
     ``max_bytes`` may be a size string ("512M"). An input that cannot be read is passed to
     ``report(path, message)`` (default: a line on stderr) and skipped, or with ``strict``
-    stops the run. ``progress``: a bar on stderr (None: when stderr is a terminal). Raises
-    ValueError for bad options and OSError when the shards cannot be created or written."""
+    stops the run; when no input can be read, nothing is written (the result has no paths,
+    and a spec of None). ``progress``: a bar on stderr (None: when stderr is a terminal).
+    Raises ValueError for bad options and OSError when the shards cannot be created or
+    written."""
     if isinstance(max_bytes, str):
         max_bytes = parse_size(max_bytes)
     if not isinstance(jobs, int) or jobs <= 0:
@@ -401,11 +405,18 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
                 os.path.realpath(given)):
             raise ValueError(f"{given} is one of the shards this run writes ({out}): it would "
                              "be overwritten; pack into another name")
+    # Shards of this name found in a directory given are what this run replaces, not inputs.
+    found = [i for i in find_inputs(inputs) if not own.fullmatch(os.path.realpath(i.path))]
+    if all(i.error for i in found):
+        # Nothing can be packed (a mistyped path, an empty directory): no shard is written,
+        # so the shards of an earlier run of this name are not replaced by an empty one.
+        ShardWriter._check_options(out, max_bytes, max_items, align)
+        for item in found:
+            report(item.path, item.error)
+        return Result(None, [], 0, 0, 0, len(found), True, None)
     if out.endswith(".npz") and os.path.dirname(out):
         os.makedirs(os.path.dirname(out), exist_ok=True)
     writer = ShardWriter(out, max_bytes=max_bytes, max_items=max_items, align=align)
-    # Shards of this name found in a directory given are what this run replaces, not inputs.
-    found = [i for i in find_inputs(inputs) if not own.fullmatch(os.path.realpath(i.path))]
 
     bar = Progress(len(found), sys.stderr.isatty() if progress is None else progress)
     soundfile_module = _soundfile()
@@ -485,6 +496,10 @@ def main(argv=None):
         return 1
     if r.error:
         print(f"pack: {_os_message(r.error)}", file=sys.stderr)
+    if not r.paths:
+        print(f"pack: no input could be packed; no shard was written ({args.out} and the "
+              f"shards of an earlier run are as they were)", file=sys.stderr)
+        return 1
     summary = (f"packed {r.packed} input{'s' if r.packed != 1 else ''} ({r.members} member{'s' if r.members != 1 else ''}, "
                f"{_format_bytes(r.bytes)}) into {len(r.paths)} "
                f"shard{'s' if len(r.paths) != 1 else ''}: {r.spec}")

@@ -41,7 +41,7 @@ class Progress:
     def update(self, done: int, written: int, shards: int, final: bool = False) -> None: ...
 
 class Result(NamedTuple):
-    spec: str
+    spec: Optional[str]
     paths: List[str]
     packed: int
     members: int

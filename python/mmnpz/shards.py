@@ -54,13 +54,21 @@ class ShardWriter:
 
     def __init__(self, file, *, max_bytes=None, max_items=None, align=64,
                  allow_duplicate_names=False):
-        path = _path(file)
+        path, limits = self._check_options(file, max_bytes, max_items, align)
         # Held by every call: the core's shard writer is for one thread at a time (two
         # threads at once corrupted the heap).
         self._lock = threading.RLock()
-        self._writer = _mmnpz.ShardWriter(
-            path, _limit(max_bytes, "max_bytes", path), _limit(max_items, "max_items", path),
-            _core.alignment(align, path), bool(allow_duplicate_names))
+        self._writer = _mmnpz.ShardWriter(path, *limits, bool(allow_duplicate_names))
+
+    @staticmethod
+    def _check_options(file, max_bytes, max_items, align):
+        """(path, (max_bytes, max_items, align)) as the core takes them, after refusing what
+        the constructor would refuse, without touching a file."""
+        path = _path(file)
+        limits = (_limit(max_bytes, "max_bytes", path), _limit(max_items, "max_items", path),
+                  _core.alignment(align, path))
+        _mmnpz.validate_shard_writer_options(path, *limits)
+        return path, limits
 
     @property
     def path(self):

@@ -742,6 +742,14 @@ void bind_tools(py::module_& m) {
       py::arg("fd"), py::arg("path"),
       R"(Takes the writers' lock on the open file fd (held until its open file description is
 closed): writers and recover of it are then refused, and so is this when one holds it.)");
+  m.def(
+      "validate_shard_writer_options",
+      [](const mmnpz_python::fs_path& path, std::optional<std::uint64_t> max_bytes,
+         std::optional<std::uint64_t> max_items, std::size_t align) {
+        mmnpz::validate(mmnpz::shard_writer_options{max_bytes, max_items, align, false}, path);
+      },
+      py::arg("path"), py::arg("max_bytes"), py::arg("max_items"), py::arg("align"),
+      R"(Refuses (ValueError) what ShardWriter(path, ...) would refuse, touching no file.)");
   // mmnpz::shard_writer (python/mmnpz/shards.py wraps it as mmnpz.ShardWriter).
   py::class_<mmnpz::shard_writer>(m, "ShardWriter", R"(Writes sharded aligned .npz archives.)")
       .def(py::init([](const mmnpz_python::fs_path& path,

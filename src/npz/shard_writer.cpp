@@ -60,6 +60,16 @@ std::string shard_suffix(std::size_t index, std::optional<std::size_t> count) {
 }  // namespace
 
 void validate(const shard_writer_options& options, const std::string& path) {
+  const std::size_t n = npz_ext.size();
+  const std::size_t slash = path.rfind('/');
+  const std::size_t name_start = slash == std::string::npos ? 0 : slash + 1;
+  if (path.size() <= n || path.compare(path.size() - n, n, npz_ext) != 0 ||
+      path.size() - n == name_start) {
+    throw errors::invalid_argument(
+        path,
+        "a shard writer's path must be a file name ending in .npz (\"out/train.npz\" "
+        "gives out/train-00000-of-00012.npz ...)");
+  }
   if (options.max_bytes && *options.max_bytes == 0) {
     throw errors::invalid_argument(path, "max_bytes must be positive, not 0");
   }
@@ -218,18 +228,8 @@ shard_writer::shard_writer(const std::string& path, shard_writer_options options
     : p_(std::make_unique<impl>()) {
   p_->path = path;
   p_->opt = options;
-  const std::size_t n = npz_ext.size();
-  const std::size_t slash = path.rfind('/');
-  const std::size_t name_start = slash == std::string::npos ? 0 : slash + 1;
-  if (path.size() <= n || path.compare(path.size() - n, n, npz_ext) != 0 ||
-      path.size() - n == name_start) {
-    throw errors::invalid_argument(
-        path,
-        "a shard writer's path must be a file name ending in .npz (\"out/train.npz\" "
-        "gives out/train-00000-of-00012.npz ...)");
-  }
   validate(options, path);
-  p_->stem = path.substr(0, path.size() - n);
+  p_->stem = path.substr(0, path.size() - npz_ext.size());
   p_->lock_run();
   try {
     p_->begin_shard();

@@ -330,7 +330,13 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
          {dir + "/train", dir + "/train.npy", dir + "/.npz", std::string(".npz")}) {
       CAPTURE(bad);
       CHECK_THROWS_WITH_AS(mmnpz::shard_writer{bad}, (bad + why).c_str(), mmnpz::error);
+      // validate() says so too, touching no file (mmnpz pack checks before it writes).
+      CHECK_THROWS_WITH_AS(mmnpz::validate(mmnpz::shard_writer_options{}, bad),
+                           (bad + why).c_str(), mmnpz::error);
     }
+    mmnpz::validate(mmnpz::shard_writer_options{}, dir + "/never.npz");
+    CHECK(::access((dir + "/never.npz").c_str(), F_OK) != 0);
+    CHECK(::access((dir + "/.never.npz.mmnpz-shards.lock").c_str(), F_OK) != 0);
     const std::string path = dir + "/t.npz";
     mmnpz::shard_writer_options o;
     o.max_bytes = 0;

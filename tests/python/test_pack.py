@@ -183,6 +183,30 @@ def test_a_truncated_wav_is_reported_by_name_and_skipped(tmp_path, capsys):
     assert got["clip_004"].tolist() == wave_numbers(wavs[4])
 
 
+def test_nothing_to_pack_leaves_the_shards_of_an_earlier_run_as_they_were(tmp_path, capsys):
+    # A mistyped path replaced the shards of the last run with one empty shard.
+    np.save(tmp_path / "a.npy", np.arange(5))
+    assert run_pack([tmp_path / "o.npz", tmp_path / "a.npy"], capsys)[0] == 0
+    shard = tmp_path / "o-00000-of-00001.npz"
+    before = shard.read_bytes()
+    (tmp_path / "empty").mkdir()
+    status, out, err = run_pack([tmp_path / "o.npz", tmp_path / "typo.npy", tmp_path / "empty"],
+                                capsys)
+    assert (status, out) == (1, "")
+    assert err.splitlines() == [
+        f"pack: {tmp_path / 'typo.npy'}: No such file or directory",
+        f"pack: {tmp_path / 'empty'}: the directory holds no .npy, .npz or audio file",
+        f"pack: no input could be packed; no shard was written ({tmp_path / 'o.npz'} and the "
+        f"shards of an earlier run are as they were)"]
+    assert shard.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["a.npy", "empty", "o-00000-of-00001.npz"]
+    result = pack.run(tmp_path / "o.npz", [tmp_path / "typo.npy"], report=lambda *a: None)
+    assert (result.spec, result.paths, result.skipped, result.stopped) == (None, [], 1, True)
+    # Options are still checked first, as when there is something to pack.
+    assert run_pack([tmp_path / "o", tmp_path / "typo.npy"], capsys)[0] == 2
+    assert run_pack([tmp_path / "o.npz", tmp_path / "typo.npy", "--align", "3"], capsys)[0] == 2
+
+
 def test_strict_stops_at_a_truncated_wav_and_keeps_the_shards_written_before(tmp_path, capsys):
     wavs = _wav_folder(tmp_path / "wavs", 6)
     truncate(wavs[4], os.path.getsize(wavs[4]) - 100)
