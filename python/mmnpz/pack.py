@@ -25,10 +25,11 @@ WAVE_FORMAT_EXTENSIBLE before Python 3.12), with the ``soundfile`` module
 (``apt-get install python3-soundfile``).
 
 An input that cannot be read is reported by name on stderr and skipped (the exit status is
-then 1), or with ``--strict`` stops the run (exit status 1). When no input can be read (a
-mistyped path, an empty directory), no shard is written: the shards of an earlier run of the
-same name stay as they were. Stopping loses nothing: the
-shards written so far, and the last one with what it holds, are closed and renamed.
+then 1), or with ``--strict`` stops the run (exit status 1). Stopping loses nothing: the
+shards written so far, and the last one with what it holds, are closed and renamed. The first
+shard is made for the first member: a run that packs no input (a mistyped path, an empty
+directory, ``--strict`` stopping at the first input) writes none, and the shards of an earlier
+run of the same name stay as they were.
 ``--jobs N`` decodes N inputs at a time in threads; members are written in input order.
 ``--max-items`` counts members; an audio file's samples and sidecar always share a shard (the
 two alone when they pass the limits together).
@@ -407,22 +408,25 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
                              "be overwritten; pack into another name")
     # Shards of this name found in a directory given are what this run replaces, not inputs.
     found = [i for i in find_inputs(inputs) if not own.fullmatch(os.path.realpath(i.path))]
-    if all(i.error for i in found):
-        # Nothing can be packed (a mistyped path, an empty directory): no shard is written,
-        # so the shards of an earlier run of this name are not replaced by an empty one.
-        ShardWriter._check_options(out, max_bytes, max_items, align)
-        for item in found:
-            report(item.path, item.error)
-        return Result(None, [], 0, 0, 0, len(found), True, None)
-    if out.endswith(".npz") and os.path.dirname(out):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-    writer = ShardWriter(out, max_bytes=max_bytes, max_items=max_items, align=align)
+    ShardWriter._check_options(out, max_bytes, max_items, align)
+    # The writer is made for the first member: a run that stops before it (--strict at a
+    # mistyped path or a broken first input) or reads nothing writes no shard, so the shards
+    # of an earlier run of this name are not replaced by an empty one.
+    writer = None
+
+    def open_writer():
+        nonlocal writer
+        if writer is None:
+            if os.path.dirname(out):
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+            writer = ShardWriter(out, max_bytes=max_bytes, max_items=max_items, align=align)
+        return writer
 
     bar = Progress(len(found), sys.stderr.isatty() if progress is None else progress)
     soundfile_module = _soundfile()
     packed = skipped = members = written = done = 0
     stopped, error = False, None
-    with writer, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         pending = collections.deque()
         upcoming = iter(found)
 
@@ -444,6 +448,8 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
                         decoded = future.result()
                     except (ValueError, RuntimeError, EOFError) as e:  # not foreseen by decode
                         raise InputError(f"{type(e).__name__}: {e}") from None
+                    if decoded:
+                        open_writer()  # its errors (a writer holding the name) end the run
                     try:
                         if item.path.lower().endswith(ARRAY_EXTENSIONS):
                             for name, value in decoded:
@@ -466,13 +472,22 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
                 finally:
                     del decoded  # the arrays (and mappings) of an input are dropped once written
                 done += 1
-                bar.update(done, written, writer.shards)
-            bar.update(done, written, writer.shards, final=True)
+                bar.update(done, written, writer.shards if writer else 0)
+            if packed and not stopped:
+                open_writer()  # inputs that hold no member (an empty .npz): one empty shard
+            bar.update(done, written, writer.shards if writer else 0, final=True)
         except OSError as e:  # writing failed; the shards so far are closed and renamed
             stopped, error = True, e
         finally:
             for _, future in pending:
                 future.cancel()
+            if writer is not None:
+                try:
+                    writer.close()
+                except OSError as e:
+                    stopped, error = True, error or e
+    if writer is None:
+        return Result(None, [], packed, members, written, skipped, stopped or not packed, error)
     return Result(writer.spec, writer.paths, packed, members, written, skipped, stopped, error)
 
 
@@ -497,8 +512,9 @@ def main(argv=None):
     if r.error:
         print(f"pack: {_os_message(r.error)}", file=sys.stderr)
     if not r.paths:
-        print(f"pack: no input could be packed; no shard was written ({args.out} and the "
-              f"shards of an earlier run are as they were)", file=sys.stderr)
+        if not r.error:
+            print(f"pack: no input was packed; no shard was written ({args.out} and the "
+                  f"shards of an earlier run are as they were)", file=sys.stderr)
         return 1
     summary = (f"packed {r.packed} input{'s' if r.packed != 1 else ''} ({r.members} member{'s' if r.members != 1 else ''}, "
                f"{_format_bytes(r.bytes)}) into {len(r.paths)} "

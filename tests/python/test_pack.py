@@ -51,6 +51,12 @@ def random_samples(rng, frames, channels, width):
     return values
 
 
+def nothing_packed(out):
+    """The last line on stderr of a run that packed no input (and wrote no shard)."""
+    return (f"pack: no input was packed; no shard was written ({out} and the shards of an "
+            f"earlier run are as they were)\n")
+
+
 def run_pack(argv, capsys):
     """(exit status, stdout, stderr) of pack.main(argv)."""
     status = pack.main([str(a) for a in argv])
@@ -138,7 +144,7 @@ def test_a_raw_npz_member_is_packed_as_bytes(tmp_path, capsys, mixed_npz):
     # mixed.npz holds a pickled object array: the input is reported and skipped.
     assert status == 1
     assert err == (f"pack: {mixed_npz}: member 'objects.npy' is a pickled object array, "
-                   "which cannot be packed\n")
+                   "which cannot be packed\n" + nothing_packed(tmp_path / "o.npz"))
     clean = tmp_path / "clean.npz"
     with zipfile.ZipFile(mixed_npz) as src, zipfile.ZipFile(clean, "w") as dst:
         for info in src.infolist():
@@ -193,15 +199,26 @@ def test_nothing_to_pack_leaves_the_shards_of_an_earlier_run_as_they_were(tmp_pa
     status, out, err = run_pack([tmp_path / "o.npz", tmp_path / "typo.npy", tmp_path / "empty"],
                                 capsys)
     assert (status, out) == (1, "")
-    assert err.splitlines() == [
-        f"pack: {tmp_path / 'typo.npy'}: No such file or directory",
-        f"pack: {tmp_path / 'empty'}: the directory holds no .npy, .npz or audio file",
-        f"pack: no input could be packed; no shard was written ({tmp_path / 'o.npz'} and the "
-        f"shards of an earlier run are as they were)"]
+    assert err == (f"pack: {tmp_path / 'typo.npy'}: No such file or directory\n"
+                   f"pack: {tmp_path / 'empty'}: the directory holds no .npy, .npz or audio "
+                   f"file\n" + nothing_packed(tmp_path / "o.npz"))
     assert shard.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["a.npy", "empty", "o-00000-of-00001.npz"]
     result = pack.run(tmp_path / "o.npz", [tmp_path / "typo.npy"], report=lambda *a: None)
     assert (result.spec, result.paths, result.skipped, result.stopped) == (None, [], 1, True)
+    # --strict stopping at its first input, before any member, writes nothing either.
+    (tmp_path / "bad.npy").write_bytes(b"not an npy")
+    status, _, err = run_pack([tmp_path / "o.npz", tmp_path / "bad.npy", tmp_path / "a.npy",
+                               "--strict"], capsys)
+    assert status == 1 and err.endswith(nothing_packed(tmp_path / "o.npz"))
+    assert shard.read_bytes() == before
+    # An input that holds no member is packed: one empty shard, as asked.
+    np.savez(tmp_path / "none.npz")
+    status, out, _ = run_pack([tmp_path / "o.npz", tmp_path / "none.npz"], capsys)
+    assert (status, out) == (0, f"packed 1 input (0 members, 0 B) into 1 shard: "
+                                f"{tmp_path / 'o@1.npz'}\n")
+    with np.load(shard) as f:
+        assert f.files == []
     # Options are still checked first, as when there is something to pack.
     assert run_pack([tmp_path / "o", tmp_path / "typo.npy"], capsys)[0] == 2
     assert run_pack([tmp_path / "o.npz", tmp_path / "typo.npy", "--align", "3"], capsys)[0] == 2
@@ -344,7 +361,7 @@ def test_audio_other_than_wav_needs_soundfile_and_says_how_to_install_it(tmp_pat
     status, _, err = run_pack([tmp_path / "o.npz", tmp_path / "x.flac"], capsys)
     assert status == 1
     assert err == (f"pack: {tmp_path}/x.flac: reading .flac files needs the soundfile module: "
-                   "apt-get install python3-soundfile\n")
+                   "apt-get install python3-soundfile\n" + nothing_packed(tmp_path / "o.npz"))
 
 
 def test_module_runs_as_a_program(tmp_path):
@@ -408,7 +425,7 @@ def test_a_float_wav_without_soundfile_says_how_to_install_it(tmp_path, capsys, 
     assert status == 1
     assert err == (f"pack: {tmp_path}/f.wav: Python's wave module cannot read this WAV file "
                    "(unknown format: 3); reading it needs the soundfile module: "
-                   "apt-get install python3-soundfile\n")
+                   "apt-get install python3-soundfile\n" + nothing_packed(tmp_path / "o.npz"))
 
 
 def test_a_write_error_stops_the_run_and_keeps_the_shards_written_before(tmp_path):
