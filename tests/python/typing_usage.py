@@ -97,8 +97,8 @@ def pytorch() -> None:
 
 def pack() -> None:
     result = mmnpz.pack.run("out/audio.npz", ["wavs"], max_bytes="512M", jobs=2)
-    spec: str = result.spec
-    ds = mmnpz.Dataset(spec, select="*[!.json]")
-    print(ds, result.packed, result.skipped, result.error, mmnpz.pack.parse_size("64K"))
+    if result.spec is not None:  # None when no input was packed (no shard written)
+        ds = mmnpz.Dataset(result.spec, select="*[!.json]")
+        print(ds, result.packed, result.skipped, result.error, mmnpz.pack.parse_size("64K"))
     status: int = mmnpz.pack.main(["out/audio.npz", "wavs", "--max-items", "100"])
     print(status)
