@@ -67,7 +67,9 @@ class shard_writer {
   /// Closes this writer's shards (errors swallowed, as in the destructor), then takes the other's.
   shard_writer& operator=(shard_writer&&) noexcept;
   /// Closes (and renames) the shards if close() was not called; errors are swallowed here, so
-  /// call close() to see them.
+  /// call close() to see them. While an exception propagates (std::uncaught_exceptions() grew
+  /// since the writer was made) and no item was written, discards instead: no empty shard
+  /// replaces a shard of an earlier run.
   ~shard_writer();
 
   /// Writes a whole array, as writer::write(), to the current shard or a new one. Refused
@@ -110,7 +112,12 @@ class shard_writer {
   /// written: one empty shard, NAME-00000-of-00001.npz). Idempotent. A shard left empty
   /// because the item that began it was refused is removed.
   void close();
-  /// True once close() was called.
+  /// Closes the writer leaving the final paths as they were before it: removes every shard it
+  /// began (a .partial left by a run that died, which the shard being written would have
+  /// replaced at its close, stays as it was), renames none and releases the lock; paths()
+  /// stays empty. Never throws; a no-op after close() or discard().
+  void discard();
+  /// True once close() or discard() was called.
   bool closed() const;
 
   /// The final shard paths, in order: known once close() returned (empty before).

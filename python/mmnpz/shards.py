@@ -48,7 +48,9 @@ class ShardWriter:
     as ``write()`` returns, :func:`recover` restores them if the process dies) and closed before
     the next begins. :meth:`close` (also on leaving a ``with`` block, exception or not) closes
     the last shard and renames every shard to its final name. Existing files of those names are
-    replaced. Calls from several threads take turns (a group is written whole before another
+    replaced; an exception leaving the ``with`` block before the first item was written
+    discards instead (:meth:`discard`), so that no empty shard replaces one of an earlier run.
+    Calls from several threads take turns (a group is written whole before another
     thread's write).
     """
 
@@ -190,11 +192,24 @@ class ShardWriter:
         with self._lock:
             self._writer.close()
 
+    def discard(self):
+        """Closes the writer leaving the final shard names as they were before it: the shards
+        it began are removed, none is renamed (idempotent; a no-op after :meth:`close`)."""
+        with self._lock:
+            self._writer.discard()
+
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        with self._lock:
+            nothing = self._writer.items_written == 0
+        # An exception before the first item leaves nothing to keep: no empty shard replaces
+        # a shard of an earlier run.
+        if exc_type is not None and nothing:
+            self.discard()
+        else:
+            self.close()
 
     def __repr__(self):
         with self._lock:

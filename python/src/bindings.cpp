@@ -787,6 +787,7 @@ closed): writers and recover of it are then refused, and so is this when one hol
       .def("keep_together", &mmnpz::shard_writer::keep_together, py::arg("items"),
            py::arg("bytes"))
       .def("close", &mmnpz::shard_writer::close, py::call_guard<py::gil_scoped_release>())
+      .def("discard", &mmnpz::shard_writer::discard, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("closed", &mmnpz::shard_writer::closed)
       .def_property_readonly(
           "paths", [](const mmnpz::shard_writer& w) { return mmnpz_python::path_list(w.paths()); })

@@ -96,6 +96,7 @@ struct shard_writer::impl {
   std::unordered_set<std::string> names;  // full names written, across shards
   std::vector<std::string> final_paths;
   bool closed = false;
+  int unwinding = 0;  // std::uncaught_exceptions() when made: see ~shard_writer()
   // The run's lock: a hidden file ".NAME.mmnpz-shards.lock" next to the shards, locked as a
   // writer locks an archive, from opening to close(). Each shard's writer locks only its own
   // .partial, and a second run of one job would replace the shards the first had closed.
@@ -192,6 +193,24 @@ struct shard_writer::impl {
     if (!opt.allow_duplicate_names) names.insert(std::move(full));
   }
 
+  // Removes every shard begun and renames none: the final paths stay as they were before
+  // this writer. The shard being written is discarded by its writer, which leaves a .partial
+  // of a run that died as it was (recover() may still restore it); the finished ones, which
+  // had replaced any such file, are removed.
+  void discard() noexcept {
+    if (closed) return;
+    closed = true;
+    std::size_t finished = partial_paths.size();
+    if (current) {
+      current->discard();
+      current.reset();
+      --finished;
+    }
+    for (std::size_t k = 0; k < finished; ++k) ::unlink(partial_paths[k].c_str());
+    partial_paths.clear();
+    unlock_run();
+  }
+
   void close() {
     if (closed) return;
     closed = true;
@@ -229,6 +248,7 @@ shard_writer::shard_writer(const std::string& path, shard_writer_options options
   p_->path = path;
   p_->opt = options;
   validate(options, path);
+  p_->unwinding = std::uncaught_exceptions();
   p_->stem = path.substr(0, path.size() - npz_ext.size());
   p_->lock_run();
   try {
@@ -252,10 +272,19 @@ shard_writer& shard_writer::operator=(shard_writer&& other) noexcept {
 }
 
 shard_writer::~shard_writer() {
+  if (!p_) return;
+  if (p_->items == 0 && std::uncaught_exceptions() > p_->unwinding) {
+    p_->discard();  // nothing to keep: no empty shard replaces an earlier run's
+    return;
+  }
   try {
-    if (p_) p_->close();
+    p_->close();
   } catch (...) {
   }
+}
+
+void shard_writer::discard() {
+  if (p_) p_->discard();
 }
 
 std::uint64_t shard_writer::bound(std::string_view name, const dtype& type,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -282,6 +283,63 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
     w.close();
     CHECK(w.paths() == std::vector<std::string>{dir + "/e-00000-of-00001.npz"});
     CHECK(mmnpz::reader(w.paths()[0]).size() == 0);
+  }
+
+  TEST_CASE("discard() leaves the final paths and a dead run's .partial as they were") {
+    const std::string dir = scratch_dir("shards_discard");
+    const auto a = item(1);
+    {
+      mmnpz::shard_writer w(dir + "/d.npz");
+      w.write("kept", a.data(), {2});
+      w.close();
+    }
+    const std::string earlier = test::read_file(dir + "/d-00000-of-00001.npz");
+    test::run("echo left-by-a-dead-run > '" + dir + "/d-00001.npz.partial'");
+    mmnpz::shard_writer_options o;
+    o.max_items = 1;
+    {
+      mmnpz::shard_writer w(dir + "/d.npz", o);
+      w.write("x", a.data(), {2});
+      w.write("y", a.data(), {2});  // the second shard: d-00001.npz.partial, being written
+      w.discard();
+      w.discard();  // a no-op, as close() after it
+      w.close();
+      CHECK(w.closed());
+      CHECK(w.paths().empty());
+      CHECK_THROWS_AS(w.write("z", a.data(), {2}), mmnpz::error);
+    }
+    CHECK(files(dir) == std::vector<std::string>{dir + "/d-00000-of-00001.npz",
+                                                 dir + "/d-00001.npz.partial"});
+    CHECK(test::read_file(dir + "/d-00000-of-00001.npz") == earlier);
+    CHECK(test::read_file(dir + "/d-00001.npz.partial") == "left-by-a-dead-run\n");
+    mmnpz::shard_writer again(dir + "/d.npz");  // the lock was let go
+    again.discard();
+  }
+
+  TEST_CASE("an exception before the first item discards; after one, the shards are closed") {
+    const std::string dir = scratch_dir("shards_unwind");
+    const auto a = item(1);
+    {
+      mmnpz::shard_writer w(dir + "/u.npz");
+      w.write("earlier", a.data(), {2});
+    }
+    const std::string earlier = test::read_file(dir + "/u-00000-of-00001.npz");
+    try {
+      mmnpz::shard_writer w(dir + "/u.npz");
+      throw std::runtime_error("the producer failed");
+    } catch (const std::runtime_error&) {
+    }
+    // (It was replaced by an empty shard.)
+    CHECK(test::read_file(dir + "/u-00000-of-00001.npz") == earlier);
+    CHECK(files(dir) == std::vector<std::string>{dir + "/u-00000-of-00001.npz"});
+    try {
+      mmnpz::shard_writer w(dir + "/u.npz");
+      w.write("written", a.data(), {2});
+      throw std::runtime_error("the producer failed later");
+    } catch (const std::runtime_error&) {
+    }
+    CHECK(mmnpz::reader(dir + "/u-00000-of-00001.npz").names() ==
+          std::vector<std::string>{"written"});
   }
 
   TEST_CASE("a shard begun for an item that was refused is removed at close") {

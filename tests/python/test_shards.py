@@ -105,6 +105,25 @@ def test_shards_are_partial_while_written_and_renamed_when_an_exception_leaves_t
     assert list(mmnpz.Dataset(str(tmp_path / "p@2.npz"))[1]) == [0, 1, 2, 3]
 
 
+def test_an_exception_before_the_first_item_leaves_an_earlier_runs_shard_as_it_was(tmp_path):
+    # It was replaced by one empty shard of the same name.
+    with mmnpz.ShardWriter(tmp_path / "e.npz") as w:
+        w.write("earlier", np.arange(3))
+    shard = tmp_path / "e-00000-of-00001.npz"
+    before = shard.read_bytes()
+    with pytest.raises(RuntimeError, match="the producer failed"):
+        with mmnpz.ShardWriter(tmp_path / "e.npz") as w:
+            raise RuntimeError("the producer failed")
+    assert w.closed and shard.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["e-00000-of-00001.npz"]
+    w = mmnpz.ShardWriter(tmp_path / "e.npz", max_items=1)
+    w.write("a", np.arange(2))
+    w.write("b", np.arange(2))
+    w.discard()  # explicitly: the shards it began are removed, none renamed
+    assert shard.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["e-00000-of-00001.npz"]
+
+
 def test_sidecar_bytes_and_any_buffer(tmp_path):
     meta = json.dumps({"sample_rate": 16000}).encode()
     with mmnpz.ShardWriter(tmp_path / "j.npz") as w:
