@@ -322,17 +322,10 @@ class Dataset:
         else:
             if given.size == 0:
                 given = given.astype(np.int64)
-            if given.dtype == object and all(isinstance(v, numbers.Integral)
-                                             for v in given.flat):
-                # Python ints, some past 2^64 (numpy holds those as objects).
-                big = next((v for v in given.flat if not -(1 << 63) <= v < 1 << 63), None)
-                if big is not None:
-                    raise IndexError(f"subset: index {big} is out of range for a dataset of "
-                                     f"{len(self)} items")
-                given = given.astype(np.int64)
-            if given.dtype.kind == "u" and given.size and given.max() >= 1 << 63:
-                raise IndexError(f"subset: index {given.max()} is out of range for a dataset of "
-                                 f"{len(self)} items")  # as int64 it would have wrapped
+            given, big = _beyond_int64(given)
+            if big is not None:
+                raise IndexError(f"subset: index {big} is out of range for a dataset of "
+                                 f"{len(self)} items")
             if given.dtype.kind not in "iu":
                 raise TypeError(f"subset: items must be integers or booleans, not {given.dtype}")
             if given.ndim != 1:
@@ -545,24 +538,28 @@ def _in_user_words(error, function, paths=()):
     return type(error)(f"{function}: {_SUBJECT.sub('', message)}")
 
 
+def _beyond_int64(given):
+    """(given, the first of its values that no int64 holds, or None). An array of Python ints
+    (numpy holds those past 2^64 as objects) comes back as int64 when they all fit; an
+    unsigned array's values past 2^63 would wrap when cast (2^64 - 1 to -1)."""
+    if given.size and given.dtype == object and all(
+            isinstance(v, numbers.Integral) for v in given.flat):
+        big = next((v for v in given.flat if not -(1 << 63) <= v < 1 << 63), None)
+        return (given, big) if big is not None else (given.astype(np.int64), None)
+    if given.size and given.dtype.kind == "u" and given.max() >= 1 << 63:
+        return given, given.max()
+    return given, None
+
+
 def _int64_vector(values, what, too_large=ValueError):
     """``values`` as a contiguous one-dimensional int64 array: TypeError for what is not
     integers, ``too_large`` for a value no int64 holds (cast, it would have wrapped)."""
     if not (isinstance(values, np.ndarray) and values.dtype == np.int64):
-        given = np.asarray(values)
-        if given.size and given.dtype == object and all(
-                isinstance(v, numbers.Integral) for v in given.flat):
-            # Python ints: numpy makes an object array of those past 2^64.
-            big = next((v for v in given.flat if not -(1 << 63) <= v < 1 << 63), None)
-            if big is not None:
-                raise too_large(f"{what}: {big} does not fit in a 64-bit signed integer")
-            given = given.astype(np.int64)
-            values = given
-        if given.size and given.dtype.kind not in "iu":
-            raise TypeError(f"{what} must be integers, not {given.dtype}")
-        if given.size and given.dtype.kind == "u" and given.max() >= 1 << 63:
-            # Cast to int64 it would wrap: 2^64 - 1 became -1.
-            raise too_large(f"{what}: {given.max()} does not fit in a 64-bit signed integer")
+        values, big = _beyond_int64(np.asarray(values))
+        if big is not None:
+            raise too_large(f"{what}: {big} does not fit in a 64-bit signed integer")
+        if values.size and values.dtype.kind not in "iu":
+            raise TypeError(f"{what} must be integers, not {values.dtype}")
     values = np.ascontiguousarray(values, dtype=np.int64)
     if values.ndim != 1:
         raise ValueError(f"{what} must be one-dimensional")

@@ -487,7 +487,7 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
                 except OSError as e:
                     stopped, error = True, error or e
     if writer is None:
-        return Result(None, [], packed, members, written, skipped, stopped or not packed, error)
+        return Result(None, [], packed, members, written, skipped, stopped, error)
     return Result(writer.spec, writer.paths, packed, members, written, skipped, stopped, error)
 
 

@@ -205,7 +205,7 @@ def test_nothing_to_pack_leaves_the_shards_of_an_earlier_run_as_they_were(tmp_pa
     assert shard.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["a.npy", "empty", "o-00000-of-00001.npz"]
     result = pack.run(tmp_path / "o.npz", [tmp_path / "typo.npy"], report=lambda *a: None)
-    assert (result.spec, result.paths, result.skipped, result.stopped) == (None, [], 1, True)
+    assert (result.spec, result.paths, result.skipped, result.stopped) == (None, [], 1, False)
     # --strict stopping at its first input, before any member, writes nothing either.
     (tmp_path / "bad.npy").write_bytes(b"not an npy")
     status, _, err = run_pack([tmp_path / "o.npz", tmp_path / "bad.npy", tmp_path / "a.npy",
