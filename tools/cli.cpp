@@ -39,7 +39,8 @@ constexpr const char* exit_status_text =
 
 constexpr const char* json_text =
     "Every command takes --json (its results as JSON on stdout, one value per line) and --\n"
-    "(every argument after it is an operand, even one that starts with '-').";
+    "(every argument after it is an operand, even one that starts with '-'). Text output\n"
+    "shows control characters in names escaped (\\n, \\x1b); JSON gives names exactly.";
 
 // The writer's bound (writer_options::alignment): ls and info report alignments up to it.
 constexpr std::uint64_t max_alignment = 65536;
@@ -161,6 +162,22 @@ std::string shape_json(const std::vector<std::uint64_t>& shape) {
   return out + "]";
 }
 
+// The code point of the well-formed UTF-8 sequence `seq` (2 or 3 bytes here).
+std::uint32_t code_point(std::string_view seq) {
+  const auto b = [&](std::size_t k) {
+    return static_cast<std::uint32_t>(static_cast<unsigned char>(seq[k]));
+  };
+  return seq.size() == 2   ? ((b(0) & 0x1F) << 6) | (b(1) & 0x3F)
+         : seq.size() == 3 ? ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F)
+                           : 0;
+}
+
+// A C1 control (U+0080-U+009F) or a line or paragraph separator (U+2028, U+2029).
+bool line_breaking_or_control(std::string_view seq) {
+  const std::uint32_t cp = code_point(seq);
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029;
+}
+
 std::string json_string(std::string_view s) {
   std::string out = "\"";
   for (std::size_t i = 0; i < s.size();) {
@@ -170,7 +187,15 @@ std::string json_string(std::string_view s) {
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (u < 0x20 || n == 0) {
+    } else if (n >= 2 && line_breaking_or_control(s.substr(i, n))) {
+      // U+0080-U+009F, U+2028, U+2029: valid in JSON, but a reader splitting the output into
+      // lines (Python's str.splitlines) would split one value in two.
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", code_point(s.substr(i, n)));
+      out += buf;
+      i += n;
+      continue;
+    } else if (u < 0x20 || u == 0x7F || n == 0) {
       // A control character, or a byte that is no UTF-8 (a path's, say): escaped, the latter
       // as Python's surrogateescape spells it (U+DC80-U+DCFF), so that os.fsencode() of the
       // decoded string gives the byte back.
@@ -185,6 +210,36 @@ std::string json_string(std::string_view s) {
     ++i;
   }
   return out + "\"";
+}
+
+// Names, paths and messages as the human-readable output shows them: control characters (C0,
+// DEL, C1), line separators and bytes that are no UTF-8 escaped (\n, \t, \r, \xNN,
+// \u0080-\u009f, \u2028, \u2029), so that a hostile member name cannot recolour, move the
+// cursor of or clear a terminal, nor split a line of `ls` in two. --json output gives every
+// name exactly instead.
+std::string shown(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    const std::size_t n = detail::utf8_sequence_at(s, i);
+    char buf[8];
+    if (n == 0 || u < 0x20 || u == 0x7F) {
+      const char* named = u == '\n' ? "\\n" : u == '\t' ? "\\t" : u == '\r' ? "\\r" : nullptr;
+      if (!named) std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += named ? named : buf;
+      ++i;
+      continue;
+    }
+    if (n >= 2 && line_breaking_or_control(s.substr(i, n))) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", code_point(s.substr(i, n)));
+      out += buf;
+    } else {
+      out.append(s.substr(i, n));
+    }
+    i += n;
+  }
+  return out;
 }
 
 // The largest power of two, up to the writer's bound, that `offset` is a multiple of.
@@ -301,7 +356,7 @@ int cmd_ls(const ls_options& a) {
   const bool json = a.json;
   for (const auto& path : a.files) {
     const reader r = open_archive(path);
-    if (!json && a.files.size() > 1) std::printf("%s:\n", path.c_str());
+    if (!json && a.files.size() > 1) std::printf("%s:\n", shown(path).c_str());
     // The JSON array is printed whole, or not at all when a member fails: never a part of one.
     std::string array = "[";
     for_each_array(r, [&](std::size_t i, const array_view& v, const std::exception_ptr& failure) {
@@ -347,7 +402,7 @@ int cmd_ls(const ls_options& a) {
                  (offset == "-" ? "null" : offset) +
                  ", \"alignment\": " + (aligned == "-" ? "null" : aligned) + "}";
       } else {
-        std::printf("%-24s %-10s %-16s %12llu %-8s %12s %5s\n", std::string(m.name).c_str(),
+        std::printf("%-24s %-10s %-16s %12llu %-8s %12s %5s\n", shown(m.name).c_str(),
                     dtype.c_str(), shape.c_str(), static_cast<unsigned long long>(nbytes),
                     method.c_str(), offset.c_str(), aligned.c_str());
       }
@@ -397,7 +452,7 @@ int cmd_info(const info_options& a) {
       continue;
     }
     std::printf("%s: %s, %llu bytes (%llu in the file), %llu deflated, zip64 %s\n",
-                path.c_str(), members_text(r.size()).c_str(),
+                shown(path).c_str(), members_text(r.size()).c_str(),
                 static_cast<unsigned long long>(bytes),
                 static_cast<unsigned long long>(r.file_size()),
                 static_cast<unsigned long long>(deflated), r.is_zip64() ? "yes" : "no");
@@ -476,7 +531,7 @@ int cmd_verify(const verify_options& a) {
       bad.push_back(e.what());
     }
     std::sort(bad.begin(), bad.end());
-    for (const auto& b : bad) std::fprintf(stderr, "mmnpz verify: %s\n", b.c_str());
+    for (const auto& b : bad) std::fprintf(stderr, "mmnpz verify: %s\n", shown(b).c_str());
     if (a.json) {
       std::string problems;
       for (const auto& b : bad) problems += (problems.empty() ? "" : ", ") + json_string(b);
@@ -484,7 +539,7 @@ int cmd_verify(const verify_options& a) {
                   json_string(path).c_str(), bad.empty() ? "true" : "false", checked,
                   problems.c_str());
     } else {
-      std::printf("%s: %s (%s checked%s)\n", path.c_str(), bad.empty() ? "OK" : "BAD",
+      std::printf("%s: %s (%s checked%s)\n", shown(path).c_str(), bad.empty() ? "OK" : "BAD",
                   members_text(checked).c_str(),
                   bad.empty() ? "" : (", " + std::to_string(bad.size()) + " bad").c_str());
     }
@@ -649,7 +704,7 @@ int write_archive(const write_options& a) {
     std::printf("{\"path\": %s, \"members\": %zu, \"alignment\": %zu}\n", json_string(out).c_str(),
                 members, o.alignment);
   } else {
-    std::printf("wrote %s: %s, data aligned to %zu bytes\n", out.c_str(),
+    std::printf("wrote %s: %s, data aligned to %zu bytes\n", shown(out).c_str(),
                 members_text(members).c_str(), o.alignment);
   }
   return exit_ok;
@@ -702,7 +757,7 @@ int cmd_extract(const extract_options& a) {
       std::printf("{\"member\": %s, \"path\": %s}\n", json_string(name).c_str(),
                   json_string(target).c_str());
     } else {
-      std::printf("%s\n", target.c_str());
+      std::printf("%s\n", shown(target).c_str());
     }
   }
   return exit_ok;
@@ -715,10 +770,11 @@ int cmd_recover(const recover_options& a) {
                 json_string(a.file).c_str(), r.directory_was_intact ? "true" : "false",
                 r.members_recovered, static_cast<unsigned long long>(r.bytes_cut));
   } else if (r.directory_was_intact) {
-    std::printf("%s: intact, %s; nothing changed\n", a.file.c_str(),
+    std::printf("%s: intact, %s; nothing changed\n", shown(a.file).c_str(),
                 members_text(r.members_recovered).c_str());
   } else {
-    std::printf("%s: recovered %s; cut off %llu bytes of incomplete data\n", a.file.c_str(),
+    std::printf("%s: recovered %s; cut off %llu bytes of incomplete data\n",
+                shown(a.file).c_str(),
                 members_text(r.members_recovered).c_str(),
                 static_cast<unsigned long long>(r.bytes_cut));
   }
@@ -904,11 +960,8 @@ class command_line {
       return usage(e.what());
     } catch (const usage_error& e) {
       return usage(e.message, e.with_help);
-    } catch (const error& e) {
-      std::fprintf(stderr, "%s: %s\n", prefix().c_str(), e.what());
-      return exit_failed;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s: %s\n", prefix().c_str(), e.what());
+    } catch (const std::exception& e) {  // mmnpz::error and the standard library's
+      std::fprintf(stderr, "%s: %s\n", prefix().c_str(), shown(e.what()).c_str());
       return exit_failed;
     }
   }
@@ -975,7 +1028,7 @@ class command_line {
   }
 
   int usage(const std::string& message, bool with_help = true) const {
-    std::fprintf(stderr, "%s: %s\n%s", prefix().c_str(), message.c_str(),
+    std::fprintf(stderr, "%s: %s\n%s", prefix().c_str(), shown(message).c_str(),
                  with_help ? app_.help().c_str() : "");
     return exit_usage;
   }

@@ -950,6 +950,35 @@ def test_json_spells_a_path_that_is_no_utf8_as_python_reads_it(mixed, tmp_path):
             assert len(json.loads(text)) == 4
 
 
+def test_control_characters_in_names_are_escaped_in_text_output_and_exact_in_json(tmp_path):
+    """A member name holding an escape sequence recoloured the terminal, and one holding a
+    newline split a line of `ls` in two; --json gives the names exactly."""
+    path = tmp_path / "hostile.npz"
+    npy = io.BytesIO()
+    np.save(npy, np.arange(3))
+    red, split = "\x1b[31mred\x1b[0m.npy", "two\nlines\x7f\u0085.npy"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(red, npy.getvalue())
+        z.writestr(split, npy.getvalue())
+        z.writestr("bad\x07.npy", b"\x93NUMPY garbage")
+    done = run("ls", path)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["\\x1b[31mred\\x1b[0m.npy",
+                                                    "two\\nlines\\x7f\\u0085.npy"]
+    assert re.fullmatch(f"mmnpz ls: {re.escape(str(path))}: member 'bad\\\\x07\\.npy' at "
+                        f"offset [0-9]+: unsupported \\.npy version 32\\.103\n", done.stderr)
+    done = run("verify", path)
+    assert done.stderr.startswith(f"mmnpz verify: {path}: member 'bad\\x07.npy'")
+    assert "\x1b" not in done.stdout + done.stderr and "\x07" not in done.stderr
+    done = run("extract", "-o", tmp_path, path, red)
+    assert done.returncode == 0 and done.stdout == f"{tmp_path}/\\x1b[31mred\\x1b[0m.npy\n"
+    assert (tmp_path / red).read_bytes() == npy.getvalue()  # the file has the name as it is
+    names = [json.loads(line)["member"] for line in run("extract", "--json", "-o", tmp_path,
+                                                      path, split).stdout.splitlines()]
+    assert names == [split]
+
+
 def test_a_fifo_given_as_an_archive_is_refused_at_once(tmp_path):
     """Opening a FIFO for reading would wait for a writer: forever, if none comes."""
     fifo = tmp_path / "pipe.npz"
