@@ -369,8 +369,26 @@ def _os_message(e):
     return str(e)
 
 
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\udc80-\udcff]")
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _shown(text):
+    """``text`` (paths, messages) as stderr shows it: control characters, line separators and
+    the bytes of a file name that are no UTF-8 (surrogate-escaped) escaped, as the C++
+    commands show them, so that a hostile file name cannot drive the terminal."""
+    def escape(m):
+        c = m.group()
+        if c in _NAMED:
+            return _NAMED[c]
+        code = ord(c)
+        return f"\\x{code - 0xDC00:02x}" if code >= 0xDC80 else (
+            f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}")
+    return _CONTROLS.sub(escape, str(text))
+
+
 def _report(path, message):
-    print(f"pack: {path}: {message}", file=sys.stderr, flush=True)
+    print(f"pack: {_shown(path)}: {_shown(message)}", file=sys.stderr, flush=True)
 
 
 Result = collections.namedtuple("Result",
@@ -504,16 +522,16 @@ def main(argv=None):
                 align=args.align, jobs=args.jobs, strict=args.strict,
                 progress=True if args.progress else None)
     except ValueError as e:  # the options, checked before anything is written
-        print(f"pack: {e}", file=sys.stderr)
+        print(f"pack: {_shown(e)}", file=sys.stderr)
         return 2
     except OSError as e:  # the first shard cannot be created
-        print(f"pack: {_os_message(e)}", file=sys.stderr)
+        print(f"pack: {_shown(_os_message(e))}", file=sys.stderr)
         return 1
     if r.error:
-        print(f"pack: {_os_message(r.error)}", file=sys.stderr)
+        print(f"pack: {_shown(_os_message(r.error))}", file=sys.stderr)
     if not r.paths:
         if not r.error:
-            print(f"pack: no input was packed; no shard was written ({args.out} and the "
+            print(f"pack: no input was packed; no shard was written ({_shown(args.out)} and the "
                   f"shards of an earlier run are as they were)", file=sys.stderr)
         return 1
     summary = (f"packed {r.packed} input{'s' if r.packed != 1 else ''} ({r.members} member{'s' if r.members != 1 else ''}, "

@@ -494,3 +494,17 @@ def test_a_truncated_flac_is_reported_by_name_and_skipped(tmp_path, capsys):
     assert status == 1
     assert err.startswith(f"pack: {tmp_path}/t.flac: ") and err.count("\n") == 1
     assert list(members([tmp_path / "o-00000-of-00001.npz"])) == ["ok"]
+
+
+def test_a_hostile_file_name_is_reported_escaped_not_raw(tmp_path, capsys):
+    # An escape sequence in a file name reached the terminal raw (this one clears it).
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "bad\x1b[2J.npy").write_bytes(b"not an npy")
+    (folder / os.fsdecode(b"caf\xe9\n.npy")).write_bytes(b"not an npy either")
+    status, _, err = run_pack([tmp_path / "o.npz", folder], capsys)
+    assert status == 1
+    lines = err.splitlines()
+    assert lines[0].startswith(f"pack: {folder}/bad\\x1b[2J.npy: not a readable .npy file")
+    assert lines[1].startswith(f"pack: {folder}/caf\\xe9\\n.npy: not a readable .npy file")
+    assert "\x1b" not in err and len(lines) == 3
