@@ -70,12 +70,13 @@ const command_text commands[] = {
      "of two from 1 to 65536, default 64). Deflated members are refused unless --decompress is\n"
      "given: they are then stored inflated, streaming through a buffer of 8 MiB, so members\n"
      "larger than memory convert. Every member's CRC-32 is checked as it is copied: a damaged\n"
-     "member fails the command and leaves no OUT. OUT must not exist."},
+     "member fails the command and leaves no OUT. Duplicate names are kept, in order (readers\n"
+     "see the last). OUT must not exist."},
     {"merge", "all members of IN... into a new aligned archive OUT",
-     "Writes every member of IN... into the new archive OUT, aligned. A name in more than one\n"
-     "input is refused unless --allow-duplicates (readers then see the last one). --decompress\n"
-     "stores deflated members inflated, streaming, as align does, and CRC-32s are checked as\n"
-     "align checks them. OUT must not exist."},
+     "Writes every member of IN... into the new archive OUT, aligned. A name twice (in two\n"
+     "inputs, or in one) is refused before OUT is made, unless --allow-duplicates (readers\n"
+     "then see the last one). --decompress stores deflated members inflated, streaming, as\n"
+     "align does, and CRC-32s are checked as align checks them. OUT must not exist."},
     {"extract", "write members as files (arrays as .npy)",
      "Writes each member's contents to DIR (default .) under the last part of its name (a/x.npy\n"
      "becomes DIR/x.npy: nothing is written outside DIR); an array member is a complete .npy\n"
@@ -679,10 +680,27 @@ int write_archive(const write_options& a) {
   // Every input is opened before OUT is made (a bad one refuses the command, nothing written),
   // and again to be copied: one at a time, so that merging more archives than the process may
   // have files open works.
+  // A name twice is refused here, before OUT is made, rather than after copying every member
+  // before it (gigabytes, say) into an OUT that is then removed.
   std::uint64_t total = 0;
-  for (const auto& p : a.inputs) {
-    const reader r = open_archive(p);
-    for (std::size_t i = 0; i < r.size(); ++i) total += r.member(i).uncompressed_size;
+  std::map<std::string, std::size_t> first_in;  // member name -> the input it came from
+  for (std::size_t k = 0; k < a.inputs.size(); ++k) {
+    const reader r = open_archive(a.inputs[k]);
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const member_info& m = r.member(i);
+      total += m.uncompressed_size;
+      if (a.allow_duplicates) continue;
+      const auto [at, added] = first_in.emplace(std::string(m.name), k);
+      if (!added) {
+        const std::string where =
+            at->second == k ? "the archive holds this name twice"
+                            : "input " + std::to_string(at->second + 1) + " ('" +
+                                  a.inputs[at->second] + "') holds this name too";
+        throw error(errc::invalid_argument, a.inputs[k], std::string(m.name),
+                    error::no_offset,
+                    where + "; pass --allow-duplicates to keep both (readers see the last)");
+      }
+    }
   }
   std::optional<writer> w;
   w.emplace(out, o);
@@ -894,6 +912,7 @@ class command_line {
             [c] { return c->get_option("IN")->count() == 1 && c->get_option("OUT")->count() == 1; },
             [this] {
               align_.inputs = {align_in_};
+              align_.allow_duplicates = true;  // a rewrite keeps the members as they are
               return write_archive(align_);
             }});
 

@@ -151,6 +151,29 @@ def test_verify_checks_each_member_of_a_repeated_name(tmp_path):
     assert out.stderr.startswith(f"mmnpz verify: {path}: member 'a.txt' at offset 35: CRC-32 is")
 
 
+def test_align_keeps_repeated_names_and_merge_refuses_them_before_writing(tmp_path):
+    # align refused an archive holding a name twice (after copying the members before it).
+    path = tmp_path / "namesakes.npz"
+    first, second = io.BytesIO(), io.BytesIO()
+    np.save(first, np.arange(3))
+    np.save(second, np.arange(5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("x.npy", first.getvalue())
+            z.writestr("x.npy", second.getvalue())
+    aligned = tmp_path / "aligned.npz"
+    assert run("align", path, aligned).returncode == 0
+    with zipfile.ZipFile(aligned) as z:
+        assert [i.filename for i in z.infolist()] == ["x.npy", "x.npy"]
+    assert np.load(aligned)["x"].tolist() == [0, 1, 2, 3, 4]  # the last, as numpy reads both
+    refused = run("merge", tmp_path / "m.npz", path)
+    assert refused.returncode == 1 and refused.stderr == (
+        f"mmnpz merge: {path}: member 'x.npy': the archive holds this name twice; pass "
+        f"--allow-duplicates to keep both (readers see the last)\n")
+    assert not (tmp_path / "m.npz").exists()
+
+
 def test_align_rewrites_any_archive_aligned_and_readable_by_numpy(mixed, tmp_path):
     compressed = tmp_path / "c.npz"
     np.savez_compressed(compressed, x=np.arange(1000), y=np.eye(3))
@@ -179,8 +202,12 @@ def test_merge_joins_archives_and_refuses_duplicate_names(mixed, tmp_path):
     merged = tmp_path / "merged.npz"
     assert run("merge", merged, mixed, other).returncode == 0
     assert np.load(merged).files == ["a", "f", "s", "readme.txt", "b"]
-    again = run("merge", tmp_path / "dup.npz", mixed, mixed)
-    assert again.returncode == 1 and "already has a member of that name" in again.stderr
+    # Refused before OUT is made (it was refused at the first duplicate, after copying every
+    # member before it), naming both inputs.
+    again = run("merge", tmp_path / "dup.npz", mixed, other, mixed)
+    assert again.returncode == 1 and again.stderr == (
+        f"mmnpz merge: {mixed}: member 'a.npy': input 1 ('{mixed}') holds this name too; pass "
+        f"--allow-duplicates to keep both (readers see the last)\n")
     assert not (tmp_path / "dup.npz").exists()
     assert run("merge", "--allow-duplicates", tmp_path / "dup.npz", mixed, mixed).returncode == 0
     assert run("merge", merged, other).returncode == 2  # OUT exists
