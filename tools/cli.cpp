@@ -17,6 +17,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -683,7 +684,7 @@ int write_archive(const write_options& a) {
   // A name twice is refused here, before OUT is made, rather than after copying every member
   // before it (gigabytes, say) into an OUT that is then removed.
   std::uint64_t total = 0;
-  std::map<std::string, std::size_t> first_in;  // member name -> the input it came from
+  std::unordered_map<std::string, std::size_t> first_in;  // member name -> its first input
   for (std::size_t k = 0; k < a.inputs.size(); ++k) {
     const reader r = open_archive(a.inputs[k]);
     for (std::size_t i = 0; i < r.size(); ++i) {
