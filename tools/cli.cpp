@@ -677,7 +677,6 @@ int write_archive(const write_options& a) {
   if (exists(out)) throw usage_error{"'" + out + "' exists: choose a new OUT", false};
   writer_options o;
   o.alignment = n;
-  o.allow_duplicate_names = a.allow_duplicates;
   // Every input is opened before OUT is made (a bad one refuses the command, nothing written),
   // and again to be copied: one at a time, so that merging more archives than the process may
   // have files open works.
@@ -703,6 +702,8 @@ int write_archive(const write_options& a) {
       }
     }
   }
+  // Every name was checked above: the writer need not check (and remember) them again.
+  o.allow_duplicate_names = true;
   std::optional<writer> w;
   w.emplace(out, o);
   std::size_t members = 0;

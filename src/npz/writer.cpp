@@ -281,7 +281,7 @@ struct writer::impl {
     }
     cur.crc32 = cur_crc;
     pos = cur_data;
-    names.insert(cur_name);
+    if (!opt.allow_duplicate_names) names.insert(cur_name);  // only the check reads them
     entry_names.push_back(std::move(cur_name));
     cur.name = entry_names.back();
     entries.push_back(cur);
@@ -570,7 +570,9 @@ struct writer::impl {
     }
     old_count = d.members.size();
     old_comment.assign(d.comment);
-    for (const auto& m : d.members) names.insert(std::string(m.name));
+    if (!opt.allow_duplicate_names) {
+      for (const auto& m : d.members) names.insert(std::string(m.name));
+    }
     // The old members' offsets do not count bytes before the archive; nor do the new ones'.
     // An archive without members has no offsets to keep: the new ones count every byte, as
     // the reader, seeing bytes before the archive that hold a local header of their own,
@@ -720,7 +722,7 @@ void writer::write_encoded(std::string_view name, std::string_view suffix, std::
   e.uncompressed_size = uncompressed;
   e.local_header_offset = w.pos - w.shift;
   w.pos += local.size() + payload.size();
-  w.names.insert(full);
+  if (!w.opt.allow_duplicate_names) w.names.insert(full);
   w.entry_names.push_back(std::move(full));
   e.name = w.entry_names.back();
   w.entries.push_back(e);
