@@ -164,19 +164,8 @@ std::string shape_json(const std::vector<std::uint64_t>& shape) {
   return out + "]";
 }
 
-// The code point of the well-formed UTF-8 sequence `seq` (2 or 3 bytes here).
-std::uint32_t code_point(std::string_view seq) {
-  const auto b = [&](std::size_t k) {
-    return static_cast<std::uint32_t>(static_cast<unsigned char>(seq[k]));
-  };
-  return seq.size() == 2   ? ((b(0) & 0x1F) << 6) | (b(1) & 0x3F)
-         : seq.size() == 3 ? ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F)
-                           : 0;
-}
-
 // A C1 control (U+0080-U+009F) or a line or paragraph separator (U+2028, U+2029).
-bool line_breaking_or_control(std::string_view seq) {
-  const std::uint32_t cp = code_point(seq);
+bool line_breaking_or_control(std::uint32_t cp) {
   return (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029;
 }
 
@@ -185,15 +174,16 @@ std::string json_string(std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
     const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
-    const std::size_t n = detail::utf8_sequence_at(s, i);
+    std::uint32_t cp = 0;
+    const std::size_t n = detail::utf8_decode_at(s, i, cp);
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (n >= 2 && line_breaking_or_control(s.substr(i, n))) {
+    } else if (n >= 2 && line_breaking_or_control(cp)) {
       // U+0080-U+009F, U+2028, U+2029: valid in JSON, but a reader splitting the output into
       // lines (Python's str.splitlines) would split one value in two.
       char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", code_point(s.substr(i, n)));
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
       out += buf;
       i += n;
       continue;
@@ -224,7 +214,8 @@ std::string shown(std::string_view s) {
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
     const auto u = static_cast<unsigned char>(s[i]);
-    const std::size_t n = detail::utf8_sequence_at(s, i);
+    std::uint32_t cp = 0;
+    const std::size_t n = detail::utf8_decode_at(s, i, cp);
     char buf[8];
     if (n == 0 || u < 0x20 || u == 0x7F) {
       const char* named = u == '\n' ? "\\n" : u == '\t' ? "\\t" : u == '\r' ? "\\r" : nullptr;
@@ -233,8 +224,8 @@ std::string shown(std::string_view s) {
       ++i;
       continue;
     }
-    if (n >= 2 && line_breaking_or_control(s.substr(i, n))) {
-      std::snprintf(buf, sizeof buf, "\\u%04x", code_point(s.substr(i, n)));
+    if (n >= 2 && line_breaking_or_control(cp)) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
       out += buf;
     } else {
       out.append(s.substr(i, n));

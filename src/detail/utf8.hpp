@@ -30,20 +30,28 @@ inline void append_utf8(std::string& out, std::uint32_t cp) {
 namespace mmnpz::detail {
 
 /// The length of the well-formed UTF-8 sequence at `s[i]` (1 to 4 bytes; no overlong
-/// forms, no surrogates), or 0 when the bytes there are none.
-inline std::size_t utf8_sequence_at(std::string_view s, std::size_t i) {
+/// forms, no surrogates), or 0 when the bytes there are none; its code point into `cp`
+/// (left as it was for 0).
+inline std::size_t utf8_decode_at(std::string_view s, std::size_t i, std::uint32_t& cp) {
   const auto c = static_cast<unsigned char>(s[i]);
   const int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
   if (n < 0 || s.size() - i - 1 < static_cast<std::size_t>(n)) return 0;
-  std::uint32_t cp = n == 0 ? c : c & (0x3F >> n);
+  std::uint32_t v = n == 0 ? c : c & (0x3F >> n);
   for (int k = 1; k <= n; ++k) {
     const auto d = static_cast<unsigned char>(s[i + k]);
     if ((d & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (d & 0x3F);
+    v = (v << 6) | (d & 0x3F);
   }
   static constexpr std::uint32_t min_cp[] = {0, 0x80, 0x800, 0x10000};
-  if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  if (v < min_cp[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  cp = v;
   return static_cast<std::size_t>(n) + 1;
+}
+
+/// The length of the well-formed UTF-8 sequence at `s[i]`, as utf8_decode_at() gives it.
+inline std::size_t utf8_sequence_at(std::string_view s, std::size_t i) {
+  std::uint32_t cp = 0;
+  return utf8_decode_at(s, i, cp);
 }
 
 /// True when `s` is well-formed UTF-8 (no overlong forms, no surrogates).
