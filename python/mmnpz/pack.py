@@ -424,9 +424,9 @@ def run(out, inputs, *, max_bytes=None, max_items=None, align=64, jobs=1, strict
                 os.path.realpath(given)):
             raise ValueError(f"{given} is one of the shards this run writes ({out}): it would "
                              "be overwritten; pack into another name")
+    ShardWriter._check_options(out, max_bytes, max_items, align)  # before walking the inputs
     # Shards of this name found in a directory given are what this run replaces, not inputs.
     found = [i for i in find_inputs(inputs) if not own.fullmatch(os.path.realpath(i.path))]
-    ShardWriter._check_options(out, max_bytes, max_items, align)
     # The writer is made for the first member: a run that stops before it (--strict at a
     # mistyped path or a broken first input) or reads nothing writes no shard, so the shards
     # of an earlier run of this name are not replaced by an empty one.
