@@ -71,21 +71,24 @@ def _file_object_name(fileobj):
 
 
 def _check_readable(fileobj):
+    """Refuses a file object that cannot be read, or reads text (before a read decodes the
+    archive's bytes as text)."""
     readable = getattr(fileobj, "readable", None)
     if readable is not None and not readable():
         raise io.UnsupportedOperation(
             f"{_file_object_name(fileobj)}: the file object is not open for reading")
+    if isinstance(fileobj, io.TextIOBase):
+        raise TypeError(f"{_file_object_name(fileobj)}: the file is open in text mode (open "
+                        f"the file in binary mode)")
 
 
 def _file_io(fileobj):
-    """The io.FileIO under a file object whose bytes are its descriptor's (a binary or text
-    file that open() made, a tempfile wrapper of one), or None. A file object that
+    """The io.FileIO under a file object whose bytes are its descriptor's (a binary file that
+    open() made, a tempfile wrapper of one), or None. A file object that
     transforms the bytes (gzip.GzipFile, bz2.BZ2File, lzma.LZMAFile, ...) may hand out the
     descriptor of the file it transforms: that one is not its bytes."""
     if isinstance(fileobj, tempfile._TemporaryFileWrapper):
         fileobj = fileobj.file
-    if isinstance(fileobj, io.TextIOWrapper):
-        fileobj = fileobj.buffer
     if isinstance(fileobj, (io.BufferedReader, io.BufferedRandom, io.BufferedWriter)):
         fileobj = fileobj.raw
     return fileobj if isinstance(fileobj, io.FileIO) else None
@@ -714,9 +717,6 @@ def load(file, mmap_mode="r", allow_pickle=False, fix_imports=True, encoding="AS
         return NpzReader(file, mmap_mode, **npz)
     if hasattr(file, "read"):
         _check_readable(file)
-        if isinstance(file, io.TextIOBase):  # refused before a read decodes binary as text
-            raise TypeError(f"{_file_object_name(file)}: the file is open in text mode (open "
-                            f"the file in binary mode)")
         seekable = file.seekable() if hasattr(file, "seekable") else False
         magic = file.read(len(_NPY_MAGIC))
         if not isinstance(magic, bytes):

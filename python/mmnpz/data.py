@@ -688,6 +688,9 @@ class Sampler:
     ``drop_remainder=True`` each rank gets floor(epoch_size / world_size) samples and the
     parts are disjoint; with False, ceil(...) by repeating the epoch's first samples.
     ``num_samples``: draws per epoch for "replacement" and "weighted" (default: one per item).
+    An option the kind has no use for is refused (ValueError), not ignored: ``hop`` or
+    ``shuffle_windows`` but with "sliding", ``num_samples`` but with "replacement" and
+    "weighted", ``random_crop=False`` with "sliding" and "weighted".
 
     Items shorter than ``length`` are decided here, with ``pad``, the pad rule of the gather
     that will use the samples (a Loader checks its own ``pad`` when it is made; pass it here

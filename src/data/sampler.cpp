@@ -49,6 +49,22 @@ void validate(const sampler_options& o) {
       o.length == 0) {
     bad_option(std::string(to_string(o.kind)) + " sampling needs an excerpt length");
   }
+  // An option the kind has no use for is refused rather than ignored: a run that asked for
+  // num_samples draws, or strided excerpts, would otherwise get something else in silence.
+  const auto not_for = [&](const char* option, const char* kinds) {
+    bad_option(std::string(option) + " applies to " + kinds + " sampling only, not to " +
+               std::string(to_string(o.kind)));
+  };
+  const bool windows = o.kind == sampling::sliding_window;
+  if (o.hop != 0 && !windows) not_for("hop", "sliding");
+  if (o.shuffle_windows && !windows) not_for("shuffle_windows", "sliding");
+  if (o.num_samples != 0 && o.kind != sampling::with_replacement &&
+      o.kind != sampling::weighted_excerpts) {
+    not_for("num_samples", "replacement and weighted");
+  }
+  if (!o.random_crop && (windows || o.kind == sampling::weighted_excerpts)) {
+    not_for("random_crop off", "sequential, shuffle and replacement");
+  }
 }
 
 std::uint64_t counter_random(std::uint64_t seed, std::uint64_t epoch, std::uint64_t position,
@@ -104,7 +120,7 @@ sampler::sampler(std::vector<std::uint64_t> lengths, sampler_options o)
                " rows is longer than every item (the longest has " + std::to_string(longest) + ")");
   }
   const bool windows = o_.kind == sampling::sliding_window;
-  if (o_.hop == 0) o_.hop = o_.length;
+  if (windows && o_.hop == 0) o_.hop = o_.length;
   switch (o_.kind) {
     case sampling::sequential:
     case sampling::shuffle:

@@ -122,6 +122,7 @@ TEST_SUITE("sampler") {
     o.kind = mmnpz::sampling::sequential;
     o.random_crop = false;
     CHECK(draw(mmnpz::sampler({4, 5, 6}, o), 0, 0, 3) == pairs{{0, 0}, {1, 0}, {2, 0}});
+    o.random_crop = true;  // the windows' starts are the windows'
     o.kind = mmnpz::sampling::sliding_window;
     o.length = 3;
     o.hop = 2;
@@ -227,6 +228,7 @@ TEST_SUITE("sampler") {
     }
     CHECK(short_draws > 0);  // 2 of 18 positions: about 222 of 2000
     o.kind = mmnpz::sampling::sliding_window;
+    o.num_samples = 0;  // the windows are the epoch
     const mmnpz::sampler windows(lens, o);
     CHECK(windows.epoch_size() == 2 + 1 + 3 + 1);
     o.length = 50;  // longer than every item: fine when the gather pads
@@ -300,6 +302,55 @@ TEST_SUITE("sampler") {
                          "<sampler>: position 5 is past the end of the epoch (5 samples for "
                          "rank 0 of 1)",
                          mmnpz::error);
+  }
+
+  TEST_CASE("an option the kind has no use for is refused, not ignored") {
+    // Each was ignored: num_samples with shuffle drew one epoch of the items, not 50 samples.
+    const auto refused = [](auto set, mmnpz::sampling kind) {
+      mmnpz::sampler_options o;
+      o.kind = kind;
+      o.length = 4;
+      set(o);
+      try {
+        mmnpz::sampler s(lengths(5), o);
+      } catch (const mmnpz::error& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    using k = mmnpz::sampling;
+    const auto hop = [](mmnpz::sampler_options& o) { o.hop = 2; };
+    const auto windows = [](mmnpz::sampler_options& o) { o.shuffle_windows = true; };
+    const auto samples = [](mmnpz::sampler_options& o) { o.num_samples = 50; };
+    const auto no_crop = [](mmnpz::sampler_options& o) { o.random_crop = false; };
+    CHECK(refused(hop, k::weighted_excerpts) ==
+          "<sampler>: hop applies to sliding sampling only, not to weighted");
+    CHECK(refused(windows, k::shuffle) ==
+          "<sampler>: shuffle_windows applies to sliding sampling only, not to shuffle");
+    CHECK(refused(samples, k::shuffle) ==
+          "<sampler>: num_samples applies to replacement and weighted sampling only, not to "
+          "shuffle");
+    CHECK(refused(samples, k::sliding_window) ==
+          "<sampler>: num_samples applies to replacement and weighted sampling only, not to "
+          "sliding");
+    CHECK(refused(no_crop, k::sliding_window) ==
+          "<sampler>: random_crop off applies to sequential, shuffle and replacement sampling "
+          "only, not to sliding");
+    // Where they apply, they are taken.
+    CHECK(refused(hop, k::sliding_window) == "accepted");
+    CHECK(refused(windows, k::sliding_window) == "accepted");
+    CHECK(refused(samples, k::with_replacement) == "accepted");
+    CHECK(refused(samples, k::weighted_excerpts) == "accepted");
+    CHECK(refused(no_crop, k::sequential) == "accepted");
+    // options() says hop as the windows use it, and 0 for the other kinds (so that a sampler
+    // made again from them is accepted).
+    mmnpz::sampler_options o;
+    o.kind = k::sliding_window;
+    o.length = 4;
+    CHECK(mmnpz::sampler(lengths(5), o).options().hop == 4);
+    o.kind = k::sequential;
+    CHECK(mmnpz::sampler(lengths(5), o).options().hop == 0);
+    CHECK(mmnpz::sampler(lengths(5), mmnpz::sampler(lengths(5), o).options()).epoch_size() == 5);
   }
 
   TEST_CASE("items too long to count their positions in 64 bits are refused, not wrapped") {

@@ -306,8 +306,9 @@ def test_samplers_are_deterministic_and_epochs_differ(shards):
         with (pytest.warns(UserWarning,
                            match=f"{short_items(ds, 4)} of 21 items are shorter than length=4")
               if kind == "weighted" else contextlib.nullcontext()):
-            a = mmnpz.Sampler(ds, kind, seed=5, length=4, shuffle_windows=True)
-            b = mmnpz.Sampler(ds.lengths, kind, seed=5, length=4, shuffle_windows=True)
+            windows = kind == "sliding"  # shuffled; refused by the other kinds
+            a = mmnpz.Sampler(ds, kind, seed=5, length=4, shuffle_windows=windows)
+            b = mmnpz.Sampler(ds.lengths, kind, seed=5, length=4, shuffle_windows=windows)
         for epoch in (0, 3):
             ia, sa = a.sample(epoch)
             ib, sb = b.sample(epoch)
@@ -789,8 +790,8 @@ def test_a_samplers_options_are_one_typed_object(shards):
         s = mmnpz.Sampler(ds, "weighted", length=3, seed=9, rank=1, world_size=2)
     o = s.options
     assert (o.kind, o.seed, o.length, o.rank, o.world_size) == ("weighted", 9, 3, 1, 2)
-    # As the sampler uses them: hop 0 stands for the length.
-    assert repr(o) == ("SamplerOptions(kind='weighted', seed=9, length=3, hop=3, "
+    # As the sampler uses them (hop is the sliding windows' only).
+    assert repr(o) == ("SamplerOptions(kind='weighted', seed=9, length=3, hop=0, "
                        "shuffle_windows=False, random_crop=True, num_samples=0, rank=1, "
                        "world_size=2, drop_remainder=True, pad_short_items=False)")
     o.seed = 10  # a copy: the sampler keeps its own

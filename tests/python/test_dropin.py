@@ -751,6 +751,10 @@ def test_a_text_mode_file_object_is_refused_clearly(npz, encoding):
         with pytest.raises(TypeError, match=f"^{re.escape(str(npz))}: the file is open in text "
                                             r"mode \(open the file in binary mode\)$"):
             mmnpz.load(f)
+        # NpzReader mapped the text file's descriptor: it is refused as load() refuses it.
+        with pytest.raises(TypeError, match=f"^{re.escape(str(npz))}: the file is open in text "
+                                            r"mode \(open the file in binary mode\)$"):
+            mmnpz.NpzReader(f)
 
 
 def test_errors_from_a_file_object_name_its_file(tmp_path, npz):

@@ -238,6 +238,16 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
                                                          "world_size 2",
         lambda: mmnpz.Sampler(ds, pad="zero"): "Sampler: pad must be one of 'none', 'fill', "
                                                "'wrap' or None, not 'zero'",
+        # Options the kind has no use for were ignored (one epoch of the items, not 50 draws).
+        lambda: mmnpz.Sampler(ds, "shuffle", num_samples=50): "Sampler: num_samples applies "
+                                                              "to replacement and weighted "
+                                                              "sampling only, not to shuffle",
+        lambda: mmnpz.Sampler(ds, "weighted", length=2, hop=1): "Sampler: hop applies to "
+                                                                "sliding sampling only, not "
+                                                                "to weighted",
+        lambda: mmnpz.Sampler(ds, "sliding", length=2, random_crop=False):
+            "Sampler: random_crop off applies to sequential, shuffle and replacement sampling "
+            "only, not to sliding",
         lambda: sampler.sample(0, 20, 5): "Sampler.sample: positions [20, 25) run past the "
                                           "end of the epoch (21 samples for rank 0 of 1)",
         lambda: mmnpz.Loader(ds, sampler, 0): "Loader: batch_size must be positive, not 0",

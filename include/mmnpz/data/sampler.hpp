@@ -61,7 +61,8 @@ struct sampler_options {
   /// Excerpt length in rows; 0 means whole items (start 0). Required by sliding_window and
   /// weighted_excerpts.
   std::uint64_t length = 0;
-  /// sliding_window: the step between windows (0: `length`, windows that do not overlap).
+  /// sliding_window: the step between windows (0: `length`, windows that do not overlap;
+  /// options() then says `length`). 0 for the other kinds.
   std::uint64_t hop = 0;
   /// sliding_window: visit the windows in a new random order each epoch.
   bool shuffle_windows = false;
@@ -88,7 +89,10 @@ struct sampler_options {
 
 /// Throws errc::invalid_argument, one message per mistake: a `kind` that is no sampling,
 /// world_size 0, rank not below world_size, sliding_window or weighted_excerpts without a
-/// length. The sampler constructor calls it.
+/// length, an option the kind has no use for set ("hop applies to sliding sampling only, not
+/// to shuffle": `hop` or `shuffle_windows` but for sliding_window, `num_samples` but for
+/// with_replacement and weighted_excerpts, `random_crop` false for sliding_window and
+/// weighted_excerpts). The sampler constructor calls it.
 void validate(const sampler_options& options);
 
 /// A deterministic stream of (item index, excerpt start) pairs: the pair at (epoch, position)
