@@ -305,6 +305,15 @@ dataset::dataset(const std::vector<std::string>& specs, dataset_options options)
     members[i] = item_members(*readers[i], options.select);
   });
   if (detail::after_archives_open) detail::after_archives_open();
+  if (!options.select.empty() &&
+      std::all_of(members.begin(), members.end(), [](const auto& m) { return m.empty(); })) {
+    // A mistyped pattern gave an empty dataset, refused only later ("no items to sample").
+    throw errors::invalid_argument(
+        s->where(), "select '" + options.select + "' matches no member of " +
+                        (n == 1 ? std::string("the archive") :
+                                  "any of the " + std::to_string(n) + " archives") +
+                        " (names are matched without \".npy\")");
+  }
   // Every stored item's local and .npy headers, read on the pool in file order and kept as
   // items only (errors are kept for read_shard, which meets them in directory order).
   std::vector<decode_job> jobs = decode_jobs(readers, members);

@@ -233,6 +233,27 @@ TEST_SUITE("dataset") {
     CHECK_THROWS_AS(mmnpz::dataset(path, o), mmnpz::error);
   }
 
+  TEST_CASE("a select that matches no member of any archive is refused, not an empty dataset") {
+    const std::string a = test::scratch("select_a.npz"), b = test::scratch("select_b.npz");
+    write_clips(a, 0, 2);
+    write_clips(b, 2, 1);
+    mmnpz::dataset_options o;
+    o.select = "clip_*";
+    CHECK(mmnpz::dataset(std::vector<std::string>{a, b}, o).size() == 3);
+    o.select = "clip_2";  // in one archive only: fine
+    CHECK(mmnpz::dataset(std::vector<std::string>{a, b}, o).size() == 1);
+    o.select = "clips_*";
+    CHECK_THROWS_WITH_AS(mmnpz::dataset(std::vector<std::string>{a, b}, o),
+                         "<dataset>: select 'clips_*' matches no member of any of the 2 "
+                         "archives (names are matched without \".npy\")",
+                         mmnpz::error);
+    o.select = "clip_0.npy";
+    CHECK_THROWS_WITH_AS(mmnpz::dataset(a, o),
+                         (a + ": select 'clip_0.npy' matches no member of the archive (names "
+                              "are matched without \".npy\")").c_str(),
+                         mmnpz::error);
+  }
+
   TEST_CASE("a folder is every .npz inside it, sorted") {
     const std::string folder = test::scratch("folder[1]");
     ::mkdir(folder.c_str(), 0777);

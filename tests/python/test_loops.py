@@ -312,6 +312,10 @@ def test_errors_name_the_call_and_argument_not_internal_names(shards):
         lambda: mmnpz.Dataset(spec, order="zip"): "Dataset: order must be one of "
                                                   "'concatenate', 'interleave', not 'zip'",
         lambda: mmnpz.Dataset([]): "Dataset: no archives given",
+        # A mistyped select gave an empty dataset ("no items to sample from", later).
+        lambda: mmnpz.Dataset(spec, select="clips*"): "Dataset: select 'clips*' matches no "
+                                                      "member of any of the 3 archives (names "
+                                                      "are matched without \".npy\")",
         lambda: ds.gather([0], [0], 2, pad="zero"): "Dataset.gather: pad must be one of "
                                                     "'none', 'fill', 'wrap', not 'zero'",
         lambda: ds[2:5].gather([3], [0], 2): "Dataset.gather: index 3 is out of range for a "

@@ -68,7 +68,7 @@ struct dataset_options {
   /// A shell pattern (fnmatch) on member names without ".npy"; only matching members are
   /// items. Empty: every member whose name ends in ".npy" (others, such as the "<name>.json"
   /// sidecars of packed audio, are left out). Members that match must be arrays with at
-  /// least one axis.
+  /// least one axis, and some member of some archive must match.
   std::string select;
   /// How items are numbered across archives.
   shard_order order = shard_order::concatenate;
@@ -119,8 +119,9 @@ class dataset {
  public:
   /// Opens the archives `specs` name (see expand_paths). Throws mmnpz::error naming the
   /// archive and member when one cannot be opened or decoded, errc::not_an_array when a
-  /// selected member is not an array, errc::invalid_argument for a selected 0-d array or
-  /// options that validate() refuses, errc::io when an archive cannot be opened.
+  /// selected member is not an array, errc::invalid_argument for a selected 0-d array, a
+  /// `select` that matches no member or options that validate() refuses, errc::io when an
+  /// archive cannot be opened.
   explicit dataset(const std::vector<std::string>& specs, dataset_options options = {});
   /// Opens the archives one spec names (a path, a pattern or a shard spec).
   explicit dataset(const std::string& spec, dataset_options options = {})
