@@ -383,6 +383,7 @@ class archive {
     guarded(m, d.contents_offset, job.p, job.n, &detail::mapped_crc32::run, &job);
     const std::uint32_t actual = job.crc;
     if (actual != m.crc32) {
+      fail_if_cut(m, d.contents_offset, d.contents_size);
       throw errors::checksum(
           path_, m.name, d.contents_offset,
           "CRC-32 is " + hex32(actual) + ", the central directory says " + hex32(m.crc32));
@@ -413,6 +414,7 @@ class archive {
     }
     detail::guard_sigbus();
     guarded(m, d.contents_offset + from, job.from, job.n, &detail::mapped_copy::run, &job);
+    fail_if_cut(m, d.contents_offset + from, n);  // zeros read past a cut in the last page
   }
 
   /// Hands the member's contents to `sink` in pieces of `piece` bytes (the last one shorter),
@@ -576,6 +578,19 @@ class archive {
   void guarded(const member_info& m, std::uint64_t offset, const std::byte* p, std::uint64_t n,
                void (*work)(void*), void* job) const {
     detail::run_guarded(p, n, offset, work, job, path_, m.name, source_->descriptor());
+  }
+
+  // Throws the error of a file cut since it was opened when the file now ends before
+  // [offset, offset + n) of member `m` does. A cut inside a page leaves the rest of that page
+  // reading as zeros, without SIGBUS: bytes copied, summed or inflated from the mapping there
+  // are checked with this before they are handed out or blamed for a bad checksum or stream.
+  void fail_if_cut(const member_info& m, std::uint64_t offset, std::uint64_t n) const {
+    const int fd = source_->descriptor();
+    if (fd < 0) return;  // bytes in memory
+    const std::uint64_t now = detail::size_now(fd);
+    if (now != error::no_offset && now < offset + n) {
+      throw errors::cut_since_opened(path_, m.name, std::max(now, offset), now);
+    }
   }
 
   // Reads up to `n` bytes at `offset` of member `m` into `out` (resized to what was read);
@@ -754,6 +769,7 @@ class archive {
         break;
       }
     }
+    if (!failure.empty() || out_done != cap) fail_if_cut(m, at.offset, m.compressed_size);
     if (!failure.empty()) ctx.fail(errc::corrupt_zip, at.offset, failure);
     if (out_done != cap) {
       ctx.fail(errc::corrupt_zip, at.offset,
@@ -762,6 +778,7 @@ class archive {
     }
     crc = detail::crc32(crc, buf.data(), fill);
     if (crc != m.crc32) {
+      fail_if_cut(m, at.offset, m.compressed_size);
       ctx.fail(errc::checksum, at.offset,
                "CRC-32 is " + hex32(crc) + ", the central directory says " + hex32(m.crc32));
     }

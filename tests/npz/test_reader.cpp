@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -823,6 +824,64 @@ TEST_SUITE("reader: reads") {
     } catch (const mmnpz::error& e) {
       check(e);
     }
+  }
+
+  TEST_CASE("a cut inside a page is an error too, where the page reads as zeros, not SIGBUS") {
+    // The rest of the page that holds the new end of the file reads as zeros without SIGBUS:
+    // copy_bytes() handed them out, verify() called them a bad CRC-32, and a deflated member
+    // a corrupt stream.
+    const std::string path = test::scratch("cut_in_page.npz");
+    std::vector<std::uint8_t> blob(3000, 0xab), tail(100, 0xcd);
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::create, 64});
+      w.write_bytes("blob", blob.data(), blob.size());
+      w.write_bytes("tail", tail.data(), tail.size());
+    }
+    mmnpz::reader r(path);
+    const std::uint64_t blob_at =
+        static_cast<std::uint64_t>(r.bytes("blob").data - r.file_bytes().data);
+    const std::uint64_t tail_at =
+        static_cast<std::uint64_t>(r.bytes("tail").data - r.file_bytes().data);
+    const std::uint64_t cut = blob_at + 1000;  // inside the blob, and not at a page boundary
+    REQUIRE(cut % 4096 != 0);
+    REQUIRE(tail_at < 4096);  // in the same page: no SIGBUS either
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
+    const std::string says = ": the archive was truncated after it was opened: the file now "
+                             "ends at byte " + std::to_string(cut);
+    std::vector<std::byte> out(3000);
+    CHECK_THROWS_WITH_AS(r.copy_bytes(r.index_of("blob"), out.data()),
+                         (path + ": member 'blob' at offset " + std::to_string(cut) + says)
+                             .c_str(),
+                         mmnpz::error);
+    // Bytes before the cut are still there.
+    r.copy_bytes(r.index_of("blob"), out.data(), 0, 1000);
+    CHECK(std::all_of(out.begin(), out.begin() + 1000, [](std::byte x) {
+      return x == std::byte{0xab};
+    }));
+    CHECK_THROWS_WITH_AS(r.verify(r.index_of("blob")),
+                         (path + ": member 'blob' at offset " + std::to_string(cut) + says)
+                             .c_str(),
+                         mmnpz::error);
+    CHECK_THROWS_WITH_AS(r.copy_bytes(r.index_of("tail"), out.data(), 0, 100),
+                         (path + ": member 'tail' at offset " + std::to_string(tail_at) + says)
+                             .c_str(),
+                         mmnpz::error);
+
+    const std::string deflated = test::scratch("cut_in_page_deflated.npz");
+    std::vector<double> wave(20000);
+    for (std::size_t k = 0; k < wave.size(); ++k) wave[k] = std::sin(0.01 * k);
+    {
+      mmnpz::writer w(deflated, {mmnpz::open_mode::create});
+      w.write_deflated("wave", wave.data(), mmnpz::dtype::of<double>(), {wave.size()});
+    }
+    mmnpz::reader d(deflated);
+    REQUIRE(::truncate(deflated.c_str(), 100) == 0);  // inside the stream's first bytes
+    // Was "deflate stream is corrupt: invalid literal/lengths set", at the stream's start.
+    const std::string gone = deflated + ": member 'wave.npy' at offset 100: the archive was "
+                                        "truncated after it was opened: the file now ends at "
+                                        "byte 100";
+    CHECK_THROWS_WITH_AS(d.array("wave"), gone.c_str(), mmnpz::error);
+    CHECK_THROWS_WITH_AS(d.verify(0), gone.c_str(), mmnpz::error);
   }
 
   TEST_CASE("an archive cut after opening: the first access past the cut names member and offset") {
