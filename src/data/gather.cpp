@@ -555,7 +555,11 @@ void plan_field(const gather_field& f, const field_shape& fs, const std::int64_t
 std::vector<std::size_t> chunk_bounds(const std::vector<task>& tasks, std::size_t threads) {
   std::uint64_t total_bytes = 0;
   for (const task& t : tasks) total_bytes += t.length * t.row_bytes;
-  const std::size_t chunks = std::min(tasks.size(), threads == 1 ? 1 : threads * 4);
+  // threads * 4 wrapped to 0 for a multiple of 2^62 threads (a division by zero below).
+  const std::size_t chunks = std::max<std::size_t>(
+      1, threads == 1 || tasks.size() <= 1 ? 1
+         : threads > tasks.size() / 4      ? tasks.size()
+                                           : threads * 4);
   const std::uint64_t per_chunk = total_bytes / chunks + 1;
   std::vector<std::size_t> bounds{0};
   std::uint64_t acc = 0;
