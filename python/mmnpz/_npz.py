@@ -916,16 +916,19 @@ class NpzWriter:
                              "array named 'compresslevel')")
         self._level = compresslevel
         self._mode = mode
-        # Held by every call (a strided write and a begun stream span several core calls).
-        self._lock = threading.RLock()
+        # Guards self._writer only. The core writer takes turns itself (its calls wait, without
+        # the GIL, for a stream another thread has open): a lock held across its calls here made
+        # a thread waiting for a stream block the stream's own thread forever.
+        self._lock = threading.Lock()
         path = _core.path(file)
         self._writer = _mmnpz.Writer(path, mode, _core.alignment(align, path),
                                      bool(allow_duplicate_names), bool(durable), comment)
 
     def _open_writer(self):
-        if self._writer is None:
+        writer = self._writer
+        if writer is None:
             raise ValueError("the writer is closed")
-        return self._writer
+        return writer
 
     @staticmethod
     def _descr(name, array):
@@ -945,24 +948,24 @@ class NpzWriter:
             return
         array = np.asarray(array)
         descr = self._descr(name, array)
-        with self._lock:
-            writer = self._open_writer()
-            if self._level is not None:
-                if not (array.flags.c_contiguous or array.flags.f_contiguous):
-                    array = np.ascontiguousarray(array)
-                fortran = not array.flags.c_contiguous
-                data = _raw_bytes(array.T if fortran else array)
-                writer.write_deflated(name, data, descr, array.shape, fortran, self._level)
-            elif array.flags.c_contiguous:
-                writer.write(name, _raw_bytes(array), descr, array.shape, False)
-            elif array.flags.f_contiguous:
-                writer.write(name, _raw_bytes(array.T), descr, array.shape, True)
-            else:
-                with self.begin(name, array.dtype, array.shape) as stream:
-                    row_bytes = max(array[:1].nbytes, 1)
-                    step = max(1, _STREAM_CHUNK // row_bytes)
-                    for start in range(0, array.shape[0], step):
-                        stream.write(array[start:start + step])
+        writer = self._open_writer()
+        if self._level is not None:
+            if not (array.flags.c_contiguous or array.flags.f_contiguous):
+                array = np.ascontiguousarray(array)
+            fortran = not array.flags.c_contiguous
+            data = _raw_bytes(array.T if fortran else array)
+            writer.write_deflated(name, data, descr, array.shape, fortran, self._level)
+        elif array.flags.c_contiguous:
+            writer.write(name, _raw_bytes(array), descr, array.shape, False)
+        elif array.flags.f_contiguous:
+            writer.write(name, _raw_bytes(array.T), descr, array.shape, True)
+        else:
+            # Other threads' members wait while the stream is open (the core writer's turns).
+            with self.begin(name, array.dtype, array.shape) as stream:
+                row_bytes = max(array[:1].nbytes, 1)
+                step = max(1, _STREAM_CHUNK // row_bytes)
+                for start in range(0, array.shape[0], step):
+                    stream.write(array[start:start + step])
 
     def write_bytes(self, name, data):
         """Writes ``data`` (``bytes``, ``bytearray``, ``memoryview``, any contiguous buffer) as
@@ -971,8 +974,7 @@ class NpzWriter:
         _core.member_name(name)
         data = _core.byte_buffer(data, name)
         level = -1 if self._level is None else self._level
-        with self._lock:
-            self._open_writer().write_bytes(name, data, self._level is not None, level)
+        self._open_writer().write_bytes(name, data, self._level is not None, level)
 
     def begin(self, name, dtype, shape, fortran_order=False):
         """Starts a member written in pieces (for arrays larger than memory). Use as a context
@@ -995,8 +997,7 @@ class NpzWriter:
         if any(n >= 1 << 64 for n in shape):
             raise ValueError(f"member {name!r}: shape {shape} has an entry too large for a "
                              f"64-bit integer")
-        with self._lock:
-            stream = self._open_writer().begin(name, descr, shape, bool(fortran_order))
+        stream = self._open_writer().begin(name, descr, shape, bool(fortran_order))
         return _MemberStream(stream, dtype, name)
 
     def close(self):
@@ -1004,18 +1005,18 @@ class NpzWriter:
         renames the new archive over the old one. Raises OSError saying what the file holds
         when that fails."""
         with self._lock:
-            if self._writer is not None:
-                writer, self._writer = self._writer, None
-                writer.close()
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
     def discard(self):
         """Closes the writer leaving its path as it was before it (idempotent): a replaced
         archive (mode ``"w"``) stays as it was, a file the writer created is removed, an
         appended-to archive is cut back to what it was, without this writer's members."""
         with self._lock:
-            if self._writer is not None:
-                writer, self._writer = self._writer, None
-                writer.discard()
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.discard()
 
     def __reduce__(self):
         raise TypeError("an NpzWriter cannot be pickled or copied: it holds its file open and "

@@ -492,6 +492,55 @@ def test_bytes_members_take_buffers_and_refuse_text_and_strided_buffers_by_name(
         assert f.files == ["grid"] and f["grid"] == grid.tobytes()
 
 
+WAITING_FOR_A_STREAM = r"""
+import sys, threading, time
+import numpy as np
+import mmnpz
+w = mmnpz.NpzWriter(sys.argv[1])
+stream = w.begin("stream", np.int32, (4,))
+stream.write(np.arange(2, dtype=np.int32))
+waiter = threading.Thread(target=lambda: w.write("x", np.arange(3)))
+waiter.start()
+time.sleep(0.3)  # the waiter waits for the stream (without the GIL)
+for call in (lambda: w.write("y", [1]), lambda: w.begin("z", np.int8, (1,))):
+    try:
+        call()
+        print("accepted")
+    except ValueError as e:
+        print(e)
+stream.write(np.arange(2, 4, dtype=np.int32))
+stream.commit()
+waiter.join()
+if sys.argv[2] == "close":
+    other = mmnpz.NpzWriter(sys.argv[1] + ".2")
+    s2 = other.begin("s", np.int8, (2,))
+    t = threading.Thread(target=lambda: other.write("x", [1]))
+    t.start()
+    time.sleep(0.3)
+    other.close()  # abandons the stream; the waiter is refused
+    t.join()
+    print(sorted(np.load(sys.argv[1] + ".2").files))
+w.close()
+print(sorted(np.load(sys.argv[1]).files))
+"""
+
+
+@pytest.mark.parametrize("then", ["commit", "close"])
+def test_a_thread_waiting_for_a_stream_blocks_neither_the_stream_nor_close(tmp_path, then):
+    # The Python writer held its lock while its core call waited for another thread's stream:
+    # the stream's own thread then blocked on that lock (write, begin, close) forever.
+    import subprocess
+    import sys
+    path = tmp_path / "a.npz"
+    done = subprocess.run([sys.executable, "-c", WAITING_FOR_A_STREAM, str(path), then],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [f"{path}: member 'y': another member is still being written",
+                         f"{path}: member 'z': another member is still being written"]
+    assert lines[2:] == (["[]"] if then == "close" else []) + ["['stream', 'x']"]
+
+
 def test_writers_refuse_pickling_and_text_files_in_words_saying_why(tmp_path):
     import copy
     import pickle
