@@ -34,8 +34,9 @@ struct writer_options {
   /// close() also fsync(2)s the file and, for a new or replaced file, its directory, so
   /// that the archive survives a power failure once close() returns.
   bool durable = false;
-  /// The archive comment written by close() (at most 65,535 bytes). Unset: none for a new
-  /// archive, and an appended-to archive keeps its own.
+  /// The archive comment written by close() (at most 65,535 bytes, and without the end
+  /// record's signature "PK\x05\x06", which readers would take for the archive's end). Unset:
+  /// none for a new archive, and an appended-to archive keeps its own.
   std::optional<std::string> comment = std::nullopt;
 };
 

@@ -882,8 +882,8 @@ class NpzWriter:
     :param align: array data starts at a multiple of this many bytes in the file (a power of
         two up to 65536)
     :param allow_duplicate_names: allow a name already in the archive (readers see the last)
-    :param comment: the archive comment (``bytes``, at most 65,535); when appending, None
-        keeps the archive's own
+    :param comment: the archive comment (``bytes``, at most 65,535, without the end record's
+        signature ``b"PK\\x05\\x06"``); when appending, None keeps the archive's own
     :param compresslevel: None stores members (aligned, mappable); 0 to 9 (or -1, zlib's
         default) deflates what ``write()`` and ``write_bytes()`` write, as
         ``numpy.savez_compressed`` does (``begin()`` still stores)

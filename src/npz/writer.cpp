@@ -601,6 +601,20 @@ writer::writer(const std::string& path, writer_options options) : p_(std::make_u
                                        std::to_string(options.comment->size()) +
                                        " bytes; a ZIP comment holds at most 65,535");
   }
+  if (options.comment) {
+    // Readers find the end record by searching back from the end of the file for its
+    // signature (Python's zipfile takes the last one): one inside the comment would be taken
+    // for it, and the archive read with other members or none (appending to it then wrote a
+    // directory without the members before).
+    const std::size_t at = options.comment->find("PK\x05\x06");
+    if (at != std::string::npos) {
+      throw errors::invalid_argument(
+          path, {}, error::no_offset,
+          "the archive comment holds the end-of-directory signature PK\\x05\\x06 (at its byte " +
+              std::to_string(at) + "): ZIP readers, numpy's among them, would take it for the "
+              "archive's end record");
+    }
+  }
   p_->unwinding = std::uncaught_exceptions();
   p_->open_file();
 }

@@ -112,5 +112,9 @@ TEST_SUITE("deflate_writer") {
     o.comment = std::string(65536, 'c');
     CHECK_THROWS_WITH(mmnpz::writer(test::scratch("long_comment.npz"), o),
                       doctest::Contains("a ZIP comment holds at most 65,535"));
+    o.comment = std::string("xyzPK\x05\x06", 7) + std::string(18, '\0');  // an end record
+    CHECK_THROWS_WITH(mmnpz::writer(test::scratch("end_in_comment.npz"), o),
+                      doctest::Contains("comment holds the end-of-directory signature "
+                                        "PK\\x05\\x06 (at its byte 3)"));
   }
 }

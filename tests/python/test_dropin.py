@@ -711,6 +711,18 @@ def test_archive_comments_are_written_and_read(tmp_path):
     assert mmnpz.load(path).comment == b""
     with pytest.raises(ValueError, match="65,535"):
         mmnpz.NpzWriter(tmp_path / "long.npz", "w", comment=b"x" * 65536)
+    # A comment holding an end record made numpy read the archive as empty, and an append then
+    # wrote a directory of its own members only: the others were lost.
+    fake_end = b"PK\x05\x06" + bytes(18)
+    for call, at in ((lambda: mmnpz.savez(path, y=[5], comment=b"ab" + fake_end), 2),
+                     (lambda: mmnpz.NpzWriter(path, "a", comment=fake_end + b"tail"), 0)):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert str(e.value).endswith(": the archive comment holds the end-of-directory "
+                                     f"signature PK\\x05\\x06 (at its byte {at}): ZIP "
+                                     "readers, numpy's among them, would take it for the "
+                                     "archive's end record")
+    assert np.load(path).files == ["x"]  # as it was
 
 
 # ---- the package's namespace ----------------------------------------------------------------
