@@ -57,10 +57,9 @@ class array_view {
   /// The member's full name in the archive, such as "clip_17.npy".
   std::string_view member() const;
   /// True when data() is a multiple of `alignment` bytes in memory (and so, for mapped
-  /// data, in the file, since the mapping starts page-aligned).
-  bool is_aligned(std::size_t alignment) const {
-    return reinterpret_cast<std::uintptr_t>(data()) % alignment == 0;
-  }
+  /// data, in the file, since the mapping starts page-aligned). errc::invalid_argument for an
+  /// alignment of 0.
+  bool is_aligned(std::size_t alignment) const;
 
   /// The data as T, checked first: T must be the dtype's element type in native byte order
   /// (errc::type_mismatch), and the data must be aligned for T unless allowed

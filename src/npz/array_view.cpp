@@ -27,6 +27,15 @@ const std::byte* array_view::data() const {
 bool array_view::is_mapped() const { return st().mapped; }
 std::uint64_t array_view::file_offset() const { return st().file_offset; }
 std::string_view array_view::member() const { return st().member; }
+bool array_view::is_aligned(std::size_t alignment) const {
+  const state& s = st();
+  if (alignment == 0) {  // was a division by zero (SIGFPE)
+    throw errors::invalid_argument(s.path, s.member, error::no_offset,
+                                   "is_aligned: an alignment of 0 bytes means nothing (1 is the "
+                                   "least)");
+  }
+  return reinterpret_cast<std::uintptr_t>(data()) % alignment == 0;
+}
 const std::shared_ptr<const void>& array_view::keepalive() const { return st().keepalive; }
 
 void array_view::fail_cast(const dtype& wanted) const {

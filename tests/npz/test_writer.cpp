@@ -129,6 +129,12 @@ TEST_SUITE("writer") {
         CHECK(r.array(i).file_offset() % align == 0);
         CHECK(r.array(i).is_aligned(align < 4096 ? align : 4096));
       }
+      // An alignment of 0 was a division by zero (SIGFPE).
+      CHECK_THROWS_WITH_AS(r.array(0).is_aligned(0),
+                           (path + ": member 'nnnnnnn.npy': is_aligned: an alignment of 0 bytes "
+                                   "means nothing (1 is the least)")
+                               .c_str(),
+                           mmnpz::error);
       if (align == 1 || align == 65536) check_readers_agree(path);
     }
   }
