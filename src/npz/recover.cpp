@@ -246,6 +246,11 @@ class scanner {
     const std::string name(h.name);  // the window moves on
     h.name = name;
     const std::uint64_t data = pos + len;
+    if (name.empty()) {
+      // No writer of .npz files names a member so: a header torn after its signature (the
+      // rest zeros) is cut like any interrupted write, not kept as an empty member ''.
+      return tail_or_bad(h, data, "it has no name");
+    }
     if (h.is_encrypted() || (h.flags & zip::flag_patched) ||
         (h.method != zip::method_stored && h.method != zip::method_deflated)) {
       return bad(h, "it is encrypted or patched data, or compressed with method " +

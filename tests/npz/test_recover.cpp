@@ -385,6 +385,21 @@ TEST_SUITE("recover") {
     // Zeros alone are cut (a file system that extended the file before its data arrived).
     std::ofstream(path, std::ios::binary | std::ios::trunc) << members + std::string(4096, '\0');
     CHECK(mmnpz::recover(path).names == std::vector<std::string>{"a.npy", "b.npy"});
+    // So is a local header torn after its signature: it was kept as an empty member named ''.
+    const std::string torn = std::string("PK\x03\x04", 4) + std::string(40, '\0');
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << members + torn;
+    CHECK(mmnpz::recover(path).names == std::vector<std::string>{"a.npy", "b.npy"});
+    CHECK(test::read_file(path).substr(0, members.size()) == members);
+    CHECK(mmnpz::reader(path).size() == 2);
+    // Followed by other bytes, it is refused.
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << members + torn + "x";
+    CHECK_THROWS_WITH_AS(mmnpz::recover(path),
+                         (path + " at offset " + std::to_string(members.size()) +
+                          ": member '' cannot be recovered: it has no name; members after it "
+                          "would be lost, so nothing was changed")
+                             .c_str(),
+                         mmnpz::error);
+    CHECK(test::read_file(path) == members + torn + "x");
   }
 
   TEST_CASE("refuses to cut away intact members that follow a header it cannot chain from") {
