@@ -15,9 +15,13 @@ from . import _mmnpz
 METHODS = {12: "bzip2", 14: "LZMA"}
 
 
-def _format_error(message, path, member):
+# FormatError.code as the core gives it (mmnpz::errc in include/mmnpz/error.hpp).
+_CORRUPT_ZIP, _CHECKSUM = 1, 9
+
+
+def _format_error(message, path, member, code=_CORRUPT_ZIP):
     error = _mmnpz.FormatError(message)
-    error.path, error.member, error.offset = path, member, None
+    error.path, error.member, error.offset, error.code = path, member, None, code
     return error
 
 
@@ -43,8 +47,8 @@ def decode(reader, index, member, path):
     the archive and member otherwise)."""
     name, method = member["name"], member["method"]
 
-    def fail(why):
-        raise _format_error(f"{path}: member {name!r}: {why}", path, name)
+    def fail(why, code=_CORRUPT_ZIP):
+        raise _format_error(f"{path}: member {name!r}: {why}", path, name, code)
 
     stored = reader.stored_bytes(index)
     size = member["uncompressed_size"]
@@ -67,5 +71,6 @@ def decode(reader, index, member, path):
              f"says {size}")
     crc = zlib.crc32(data)
     if crc != member["crc32"]:
-        fail(f"CRC-32 is 0x{crc:08x}, the central directory says 0x{member['crc32']:08x}")
+        fail(f"CRC-32 is 0x{crc:08x}, the central directory says 0x{member['crc32']:08x}",
+             _CHECKSUM)
     return data

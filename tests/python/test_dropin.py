@@ -651,6 +651,19 @@ def test_damaged_bzip2_and_lzma_members_are_errors_naming_them_as_in_numpy(
         mmnpz.load(path)["a"]
     assert str(e.value) == (f"{path}: member 'a.npy': CRC-32 is 0x{a.CRC:08x}, the central "
                             f"directory says 0x{a.CRC ^ 1:08x}")
+    # The code the core gives a bad CRC-32 (e.code was an AttributeError for these methods).
+    stored = tmp_path / "stored.npz"
+    np.savez(stored, a=np.arange(3))
+    raw = bytearray(stored.read_bytes())
+    raw[raw.index(b"\x93NUMPY") + 130] ^= 1  # a.npy's data
+    stored.write_bytes(raw)
+    with pytest.raises(mmnpz.FormatError) as core:
+        mmnpz.load(stored).verify("a")
+    assert "CRC-32 is" in str(core.value) and e.value.code == core.value.code
+    npz = mmnpz.load(path)
+    with pytest.raises(mmnpz.FormatError) as e:
+        npz.verify("a")
+    assert e.value.code == core.value.code
 
 
 def test_savez_compressed_refuses_a_bad_level(tmp_path):
