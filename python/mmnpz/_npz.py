@@ -307,7 +307,9 @@ class _BagObj:
     """Attribute access to a reader's members, as numpy's ``NpzFile.f``."""
 
     def __init__(self, reader):
-        self._reader = reader
+        # A weak reference, as numpy's: a strong one made a cycle, so a reader that was never
+        # closed kept its descriptor (and, "r+", the writers' lock) until a garbage collection.
+        self._reader = weakref.proxy(reader)
 
     def __getattr__(self, key):
         try:
@@ -405,12 +407,16 @@ class NpzReader(collections.abc.Mapping):
         #: Attribute access to members: ``reader.f.x`` is ``reader["x"]``.
         self.f = _BagObj(self)
         if preload:
-            for index, name in enumerate(self.files):
-                kind = self._reader.array(index)[0]
-                if (kind == "object" and not self.allow_pickle) or (
-                        kind != "bytes" and not self._header_allowed(index)):
-                    continue  # raises on access, as without preload
-                self._by_index[index] = self._item(index)
+            try:
+                for index, name in enumerate(self.files):
+                    kind = self._reader.array(index)[0]
+                    if (kind == "object" and not self.allow_pickle) or (
+                            kind != "bytes" and not self._header_allowed(index)):
+                        continue  # raises on access, as without preload
+                    self._by_index[index] = self._item(index)
+            except BaseException:
+                self.close()  # not left holding the file (and, "r+", its lock) until collected
+                raise
 
     @property
     def arrays(self):
@@ -684,6 +690,9 @@ class NpzReader(collections.abc.Mapping):
         if self._pickle_path is None:
             raise TypeError(f"a reader of {self._path} cannot be pickled: it was not opened "
                             "from a path")
+        if self._mode == "r+":  # its copy would be a second writer, refused by the lock
+            raise TypeError(f"an 'r+' reader of {self._path} cannot be pickled or copied: it "
+                            "holds the archive's writers' lock; open it where it is used")
         return _reopen, (type(self), self._path) + self._options
 
     def __repr__(self):

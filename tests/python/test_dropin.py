@@ -3,6 +3,7 @@ takes (paths, file objects, .npy files) plus bytes, numpy's keywords, mmap_mode'
 meanings, compressed writing, raw bytes members and archive comments; each point compared
 with numpy itself (and zipfile, unzip)."""
 
+import copy
 import importlib
 import io
 import os
@@ -387,6 +388,35 @@ def test_mmap_mode_r_plus_flush_updates_crcs_while_open(npz):
     reader.close()
 
 
+def test_a_reader_dropped_unclosed_lets_go_of_its_file_without_a_garbage_collection(tmp_path):
+    # reader.f held the reader strongly (a cycle): an unclosed reader kept its descriptor, and
+    # an "r+" one the writers' lock, until the cyclic collector ran (EMFILE in a loop).
+    import gc
+    path = tmp_path / "a.npz"
+    mmnpz.savez(path, a=np.arange(4.0))
+    with mmnpz.NpzWriter(path, "a", compresslevel=6) as w:
+        w.write("z", np.zeros(100))
+    here = set(os.listdir("/proc/self/fd"))
+    gc.disable()
+    try:
+        for mode in ("r", None, "c"):
+            assert mmnpz.load(path, mode)["a"].sum() == 6
+        edited = mmnpz.load(path, "r+")
+        assert edited.f.a.sum() == 6
+        del edited
+        with mmnpz.NpzWriter(path, "a") as w:  # the lock was let go of
+            w.write("b", np.ones(2))
+        # A failed "r+" preload (a deflated member) closes what it opened.
+        with pytest.raises(ValueError, match="'r\\+' cannot write into deflated member 'z.npy'"):
+            mmnpz.load(path, "r+", preload=True)
+        with mmnpz.NpzWriter(path, "a") as w:
+            w.write("c", np.ones(2))
+        assert set(os.listdir("/proc/self/fd")) == here
+    finally:
+        gc.enable()
+    assert sorted(np.load(path).files) == ["a", "b", "c", "z"]
+
+
 def test_mmap_mode_r_plus_brings_the_crcs_of_many_edited_members_up_to_date(tmp_path):
     # 3,000 members: a directory of several 64 KiB pieces, walked once for every edit.
     path = tmp_path / "many.npz"
@@ -766,6 +796,15 @@ def test_a_reader_not_opened_from_a_path_cannot_be_pickled(npz):
             pickle.dumps(mmnpz.load(f))
     with pytest.raises(TypeError, match="not opened from a path"):
         pickle.dumps(mmnpz.load(npz.read_bytes()))
+    # It pickled, and its copy was refused as a second writer when unpickled (in a worker of a
+    # multiprocessing pool: a task that never came back).
+    with mmnpz.load(npz, "r+") as edited:
+        for copy_it in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=f"^an 'r\\+' reader of {re.escape(str(npz))} "
+                                                "cannot be pickled or copied: it holds the "
+                                                "archive's writers' lock; open it where it is "
+                                                "used$"):
+                copy_it(edited)
     assert pickle.loads(pickle.dumps(mmnpz.load(npz, None))).mmap_mode is None
 
 
