@@ -77,8 +77,10 @@ npy_header read_npy_header_prefix(const void* data, std::uint64_t size, std::uin
 /// A complete .npy header (magic, version, length, dict, padding, '\n') for the array, whose
 /// length is a multiple of 64, as numpy writes it: version 1.0, or 2.0 when the header is over
 /// 65,535 bytes, or 3.0 when a field name is not latin-1. Throws mmnpz::error
-/// (errc::invalid_argument) when the header would be longer than max_npy_header_len, which
-/// read_npy_header() refuses (a dtype of very many or very long field names).
+/// (errc::invalid_argument) for a header that read_npy_header() would not read back as this
+/// array: longer than max_npy_header_len (a dtype of very many or very long field names), a
+/// default-constructed dtype, a sub-array dtype, a structured dtype of unset fields or nested
+/// too deep, more than max_npy_ndim dimensions, a size that overflows.
 std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,
                             bool fortran_order);
 

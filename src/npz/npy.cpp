@@ -635,6 +635,17 @@ dtype parse_descr(const std::string& literal) {
 
 std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>& shape,
                             bool fortran_order) {
+  if (type.descr().empty()) {  // was written as "'descr': ," (as in a writer, refused first)
+    throw errors::invalid_argument(
+        "<.npy header>", "the dtype is empty (a default-constructed mmnpz::dtype; make one with "
+                         "dtype::parse, dtype::of or dtype::structured)");
+  }
+  std::uint64_t nbytes = 0;
+  if (shape.size() > max_npy_ndim || !array_nbytes(shape, type.itemsize(), nbytes)) {
+    throw errors::invalid_argument("<.npy header>", shape.size() > max_npy_ndim
+                                                        ? "too many dimensions"
+                                                        : "the array's size overflows");
+  }
   const std::string dict = "{'descr': " + type.descr() +
                            ", 'fortran_order': " + (fortran_order ? "True" : "False") +
                            ", 'shape': " + detail::shape_literal(shape) + ", }";
@@ -665,6 +676,22 @@ std::string make_npy_header(const dtype& type, const std::vector<std::uint64_t>&
   out += body;
   out.append(total - out.size() - 1, ' ');
   out += '\n';
+  // What is made must read back as this array: a structured dtype of unset fields, a sub-array
+  // dtype (no array's) or nesting past what readers accept gave headers no reader parses.
+  npy_header back;
+  try {
+    back = read_npy_header(out.data(), out.size() + nbytes);
+  } catch (const error& e) {
+    throw errors::invalid_argument("<.npy header>", "the dtype " + type.descr() +
+                                                        " gives a .npy header readers refuse: " +
+                                                        e.detail());
+  }
+  if (back.type != type || back.shape != shape || back.fortran_order != fortran_order) {
+    throw errors::invalid_argument(
+        "<.npy header>", "the dtype " + type.descr() +
+                             " does not read back from a .npy header as itself (it reads as " +
+                             back.type.descr() + ")");
+  }
   return out;
 }
 

@@ -171,6 +171,34 @@ TEST_SUITE("npy") {
     CHECK(mmnpz::make_npy_header(mmnpz::dtype::structured({aleph}), {1}, false)[6] == 3);
   }
 
+  TEST_CASE("make_npy_header refuses a header that would not read back as the array") {
+    // Each was written: "'descr': ," for a default-constructed dtype, "[('a', )]" for a field
+    // of one, a sub-array pair no reader takes, and a size past 2^64 that readers refuse.
+    const auto refusal = [](const mmnpz::dtype& t, std::vector<std::uint64_t> shape) {
+      try {
+        mmnpz::make_npy_header(t, shape, false);
+      } catch (const mmnpz::error& e) {
+        CHECK(e.code() == mmnpz::errc::invalid_argument);
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    CHECK(refusal(mmnpz::dtype(), {3}) ==
+          "<.npy header>: the dtype is empty (a default-constructed mmnpz::dtype; make one with "
+          "dtype::parse, dtype::of or dtype::structured)");
+    CHECK(refusal(mmnpz::dtype::parse("<f8"), {std::uint64_t{1} << 62, 8}) ==
+          "<.npy header>: the array's size overflows");
+    CHECK(refusal(mmnpz::dtype::parse("<f8"), std::vector<std::uint64_t>(65, 1)) ==
+          "<.npy header>: too many dimensions");
+    const std::string unread = " gives a .npy header readers refuse: ";
+    const mmnpz::field unset{"a", "", mmnpz::dtype(), {}, 0};
+    CHECK(refusal(mmnpz::dtype::structured({unset}), {1})
+              .rfind("<.npy header>: the dtype [('a', )]" + unread, 0) == 0);
+    CHECK(refusal(mmnpz::dtype::subarray(mmnpz::dtype::parse("<f4"), {2}), {1})
+              .rfind("<.npy header>: the dtype ('<f4', (2,))" + unread, 0) == 0);
+    CHECK(refusal(mmnpz::dtype::parse("<f8"), {2, 3}) == "accepted");
+  }
+
   TEST_CASE("refuses malformed headers, naming the file, member and offset") {
     CHECK(error_of("\x93NUMPX") == "f.npz: member 'm.npy' at offset 1000: not a .npy array: bad magic");
     CHECK(error_of(std::string("\x93NUMPY\x04\x00", 8) + "xx") ==
