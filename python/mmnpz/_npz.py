@@ -124,6 +124,10 @@ class _Source:
         self.lock_fd = None    # "r+": a descriptor holding the writers' lock (see _Edits)
         self.memory = None     # the archive's bytes when it was given in memory
         self.reopen = None     # what pickling carries (a path), or None when it cannot
+        if isinstance(file, _mmnpz.Reader):  # an archive a Dataset holds open (mmnpz.data)
+            self.reader = file
+            self.path = self.reopen = file.path
+            return
         if _is_data(file):
             self.memory = memoryview(file).cast("B") if not isinstance(file, bytes) else file
             self.path = "<memory>"

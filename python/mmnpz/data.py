@@ -278,11 +278,14 @@ class Dataset:
         """(archive path, member name) of item ``index``."""
         return tuple(self._d.locate(self._base_index(index)))
 
-    def _reader(self, path):
+    def _reader(self, path, index):
+        """The NpzReader of the archive at ``path`` that holds base item ``index``: the file the
+        dataset opened (opening the path again read another one once a new archive was
+        renamed over it, whose items disagreed with the lengths and gathers)."""
         readers = self._base.readers
         reader = readers.get(path)
         if reader is None:
-            reader = readers[path] = NpzReader(path)
+            reader = readers[path] = NpzReader(_mmnpz.Reader.of_dataset_item(self._d, index))
         return reader
 
     def _check(self, index):
@@ -308,7 +311,7 @@ class Dataset:
         else:
             index = self._base_index(key)
         path, member = self._d.locate(index)
-        return self._reader(path)[member]
+        return self._reader(path, index)[member]
 
     def subset(self, items):
         """A view of the items ``items`` picks: a boolean mask of len(self) entries, or

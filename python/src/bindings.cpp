@@ -450,6 +450,14 @@ opens what mmnpz::recover() would make of it, in memory.)")
           py::arg("fd"), py::arg("display_name"),
           R"(Opens the regular file open as fd (through a duplicate: fd is not kept); display_name
 appears in errors.)")
+      .def_static(
+          "of_dataset_item",
+          [](const mmnpz::dataset& d, std::size_t item) {
+            return std::make_unique<py_reader>(d.shard(d.shard_of(item)));
+          },
+          py::arg("dataset"), py::arg("item"),
+          R"(The archive that holds a dataset's item, as the dataset holds it open (sharing its
+mapping): the file it opened, also once another was renamed over its path.)")
       .def_property_readonly(
           "path", [](const py_reader& p) { return mmnpz_python::path_str(p.r.path()); })
       .def("__len__", [](const py_reader& p) { return p.r.size(); })

@@ -5,6 +5,7 @@ import contextlib
 import errno
 import json
 import mmap
+import os
 import pickle
 import re
 import resource
@@ -86,6 +87,23 @@ def test_a_shard_spec_opens_every_shard_in_order_with_numpys_lengths_and_layouts
     assert np.array_equal(ds[-21], ds[0])
     with pytest.raises(IndexError, match="^index -22 is out of range for a dataset of 21 items$"):
         ds[-22]
+
+
+def test_items_come_from_the_archive_the_dataset_opened_after_another_replaces_it(tmp_path):
+    # ds[i] opened the path again: after a new archive was renamed over it, ds[0] was the new
+    # archive's member (3 rows, where ds.lengths and gather said 50), and after the path was
+    # removed, FileNotFoundError.
+    path = tmp_path / "a.npz"
+    old = np.arange(100, dtype=np.float32).reshape(50, 2)
+    mmnpz.savez(path, x=old, y=old[:7])
+    ds = mmnpz.Dataset(path)
+    mmnpz.savez(tmp_path / "b.npz", x=np.full((3, 2), -1, np.float32))
+    os.replace(tmp_path / "b.npz", path)
+    assert ds.lengths.tolist() == [50, 7]
+    assert np.array_equal(ds[0], old) and np.array_equal(ds["y"], old[:7])
+    assert np.array_equal(ds.gather([0], [0], 50)[0], ds[0])
+    os.remove(path)
+    assert np.array_equal(ds[1], old[:7]) and np.array_equal(ds[1:][0], old[:7])
 
 
 def test_lists_globs_and_interleaving_number_items_as_documented(tmp_path):
