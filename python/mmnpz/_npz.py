@@ -230,7 +230,7 @@ def _update_crcs(state, buf):
     """After writes through 'r+' views of ``buf``: the CRC-32 of every stored member handed out
     is computed again and, where it changed, written into its local header and directory entry
     (by the core), so that numpy, zipfile and verify() read the archive as it now is."""
-    members, name = state["members"], state["name"]
+    members, name = _edited(state), state["name"]
     if not members or buf.closed:
         return
     lock_fd = state["lock_fd"]
@@ -242,6 +242,13 @@ def _update_crcs(state, buf):
                          "to it, and the CRC-32s of the members edited were not updated")
     _mmnpz.update_member_crcs(buf, sorted(members), name)  # one reading of the directory
     buf.flush()
+
+
+def _edited(state):
+    """Indices of the members handed out writable, by this process or another that shares the
+    edits (a forked worker: its exit runs no hook that could bring their CRC-32s up to date)."""
+    handed = np.frombuffer(bytes(state["shared"]), np.uint8)
+    return set(state["members"]) | set(np.flatnonzero(handed).tolist())
 
 
 def _finish_edits(state, mapping):
@@ -258,7 +265,7 @@ def _finish_edits(state, mapping):
                     and os.fstat(fd).st_size > state["size"])
         if buf is not None and not appended:
             _update_crcs(state, buf)
-        elif state["members"] and fd is not None:
+        elif _edited(state) and fd is not None:
             now = os.fstat(fd).st_size
             if now < state["size"]:
                 raise ValueError(f"{state['name']}: the archive was truncated after it was "
@@ -277,6 +284,11 @@ def _check_appended(state, buf):
     """The archive grew after close() let writers in: an append keeps the members before it
     where they were, which the new directory must say (else nothing is updated)."""
     directory = _mmnpz.Reader.from_bytes(buf, state["name"])
+    for index in _edited(state) - set(state["members"]):  # known by index only
+        if index >= len(directory):
+            raise ValueError(f"{state['name']}: the archive changed after it was closed (it "
+                             f"has no entry {index} now): the CRC-32s of the members edited "
+                             "since were not updated")
     for index, (name, offset) in state["members"].items():
         if index >= len(directory) or (directory.member(index)["name"],
                                          directory.member(index)["local_header_offset"]) != (
@@ -343,8 +355,10 @@ class NpzReader(collections.abc.Mapping):
         ``None`` ordinary writable arrays, a new copy at every access (numpy's default);
         ``"c"`` writable copy-on-write memmaps whose writes never reach the file; ``"r+"``
         memmaps that write into the stored member in the file, whose CRC-32s are brought up
-        to date by ``flush()``, ``close()`` and when the reader is collected. Deflated arrays
-        are writable copies (refused with ``"r+"``, which cannot write them back).
+        to date by ``flush()``, ``close()`` and when the reader is collected (also those of
+        members a forked process handed out and wrote before: close after the workers are
+        done). Deflated arrays are writable copies (refused with ``"r+"``, which cannot write
+        them back).
     :param cache: keep every item loaded in ``self.arrays`` and return it again (not with
         ``mmap_mode=None``, which copies at every access as numpy does)
     :param preload: load every item now (pickled object arrays only with ``allow_pickle``)
@@ -397,10 +411,13 @@ class NpzReader(collections.abc.Mapping):
                 # Tied to the mapping, not the reader: views outlive a closed reader, and their
                 # later writes must reach the CRC-32s too (numpy refuses a member whose CRC-32
                 # is stale).
-                # members: index -> (name, local header offset) of each handed out writable.
+                # members: index -> (name, local header offset) of each handed out writable;
+                # shared: one byte per member, set when any process hands it out writable (an
+                # anonymous shared mapping: forked processes write into the same one).
                 self._crc_state = {"members": {}, "name": self._path, "size":
                                    len(self._writable), "lock_fd": source.lock_fd,
-                                   "unlocked": False}
+                                   "unlocked": False,
+                                   "shared": mmap.mmap(-1, max(1, len(self._reader)))}
                 self._finalizer = weakref.finalize(self._writable, _finish_edits,
                                                    self._crc_state, weakref.ref(self._writable))
         self._files = None  # numpy's `files`, made when first asked for
@@ -544,6 +561,7 @@ class NpzReader(collections.abc.Mapping):
             raise ValueError(f"{self._path}: 'r+' cannot update member {member['name']!r}: its "
                              "CRC-32 is in a data descriptor after its data")
         members[index] = (member["name"], member["local_header_offset"])
+        self._crc_state["shared"][index] = 1
 
     def _header_allowed(self, index):
         return (self.allow_pickle or self._max_header_size >= (1 << 24)

@@ -417,6 +417,31 @@ def test_a_reader_dropped_unclosed_lets_go_of_its_file_without_a_garbage_collect
     assert sorted(np.load(path).files) == ["a", "b", "c", "z"]
 
 
+def test_r_plus_edits_a_forked_worker_made_get_their_crcs_when_the_parent_closes(tmp_path):
+    # A worker ends with os._exit (as multiprocessing's do), which runs no exit hook: the
+    # members it handed out were unknown to the parent, whose close() left their CRC-32s stale
+    # (numpy: "Bad CRC-32 for file 'b.npy'").
+    path = tmp_path / "a.npz"
+    mmnpz.savez(path, a=np.zeros(10), b=np.zeros(10), c=np.zeros(10))
+    edited = mmnpz.load(path, "r+")
+    edited["a"][0] = 1  # the parent's own edit
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            edited["b"][:] = 5
+            edited["a"][1] = 2
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    edited.close()
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
+    with np.load(path) as z:
+        assert z["a"][:3].tolist() == [1, 2, 0] and z["b"].tolist() == [5] * 10
+        assert z["c"].tolist() == [0] * 10
+    assert mmnpz.load(path).verify() == {}
+
+
 def test_mmap_mode_r_plus_brings_the_crcs_of_many_edited_members_up_to_date(tmp_path):
     # 3,000 members: a directory of several 64 KiB pieces, walked once for every edit.
     path = tmp_path / "many.npz"
