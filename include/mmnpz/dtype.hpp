@@ -41,7 +41,9 @@ class dtype {
   /// on a multi-byte type (native), as a type code alone ("<i" is "<i4", "e" is "<f2", "?"
   /// is "|b1", "b" is "|i1") and "a5" for "S5", and a datetime unit with a divisor as numpy's
   /// multiple of a smaller unit ("<M8[us/2]" is "<M8[500ns]"; refused where numpy's reading
-  /// is garbage: "[W/11]" is 0 years there). str() gives the canonical form.
+  /// is garbage: "[W/11]" is 0 years there). str() gives the canonical form, numpy's str:
+  /// "<M8[1ns]" and "<M8[001ns]" are "<M8[ns]", "<m8[generic]" is "<m8". Sizes are those of
+  /// 64-bit Linux ("<f12" and "<c24", a 32-bit platform's long double, are refused).
   /// Throws std::invalid_argument with a sentence saying what is wrong.
   static dtype parse(std::string_view descr);
 
@@ -88,7 +90,8 @@ class dtype {
   const dtype& subarray_base() const noexcept { return base_.empty() ? *this : base_.front(); }
   /// The shape of a sub-array dtype; empty otherwise.
   const std::vector<std::uint64_t>& subarray_shape() const noexcept { return subarray_shape_; }
-  /// The unit of a datetime64/timedelta64, such as "ns", "D" or "10ms"; empty otherwise.
+  /// The unit of a datetime64/timedelta64, such as "ns", "D" or "10ms"; empty for a generic
+  /// unit and other kinds.
   const std::string& datetime_unit() const noexcept { return unit_; }
   /// The descr exactly as a .npy header spells it: "'<f4'" (with quotes) or "[('a', '<i4')]".
   const std::string& descr() const noexcept { return descr_; }

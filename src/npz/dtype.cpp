@@ -35,6 +35,27 @@ std::uint64_t sized(std::string_view descr, std::string_view digits,
   return n;
 }
 
+// The count after "S", "V" or "U" ("5" of "S5"): of `what`s ("byte", "character").
+std::uint64_t counted(std::string_view descr, std::string_view digits, const char* what) {
+  std::uint64_t n = 0;
+  if (parse_uint(digits, n)) return n;
+  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos) {
+    bad(descr, std::string("a ") + what + " count of " + std::string(digits) + " is too large");
+  }
+  bad(descr, std::string("a ") + what + " count must follow");
+}
+
+// A valid datetime unit as numpy spells it: no multiplier of 1, no leading zeros, and none
+// for a generic unit, which has no brackets ("1ns" and "001ns" are "ns", "generic" is "").
+std::string canonical_unit(std::string_view u) {
+  const std::size_t digits = std::min(u.find_first_not_of("0123456789"), u.size());
+  const std::string_view base = u.substr(digits);
+  if (base == "generic" || base.empty()) return {};
+  std::uint64_t num = 1;
+  if (digits > 0) parse_uint(u.substr(0, digits), num);  // at most 9 digits: checked
+  return (num == 1 ? std::string() : std::to_string(num)) + std::string(base);
+}
+
 // numpy's datetime units, optionally with a multiplier ("10ms"); empty means generic.
 bool valid_datetime_unit(std::string_view u) {
   std::size_t digits = 0;
@@ -136,7 +157,6 @@ dtype dtype::parse(std::string_view descr) {
   } else {
     // A kind and its size: "f8", "S5", "U3", "M8[ns]", "O" (objects' 8 may be left out).
     if (t.kind_ == 'a') t.kind_ = 'S';  // numpy's old name for bytes: "a5" is "S5"
-    std::uint64_t n = 0;
     switch (t.kind_) {
       case 'b':
         if (rest != "1") bad(descr, "bool must have size 1");
@@ -147,20 +167,18 @@ dtype dtype::parse(std::string_view descr) {
         t.itemsize_ = sized(descr, rest, {1, 2, 4, 8}, "integers have size 1, 2, 4 or 8");
         break;
       case 'f':
-        t.itemsize_ = sized(descr, rest, {2, 4, 8, 12, 16}, "floats have size 2, 4, 8, 12 or 16");
+        // 12 (a 32-bit platform's long double) is no type on 64-bit Linux: numpy refuses it.
+        t.itemsize_ = sized(descr, rest, {2, 4, 8, 16}, "floats have size 2, 4, 8 or 16");
         break;
       case 'c':
-        t.itemsize_ =
-            sized(descr, rest, {8, 16, 24, 32}, "complex numbers have size 8, 16, 24 or 32");
+        t.itemsize_ = sized(descr, rest, {8, 16, 32}, "complex numbers have size 8, 16 or 32");
         break;
       case 'S':
       case 'V':
-        if (!parse_uint(rest, n)) bad(descr, "a byte count must follow");
-        t.itemsize_ = n;
+        t.itemsize_ = counted(descr, rest, "byte");
         break;
       case 'U':
-        if (!parse_uint(rest, n)) bad(descr, "a character count must follow");
-        t.itemsize_ = n * 4;
+        t.itemsize_ = counted(descr, rest, "character") * 4;
         break;
       case 'O':
         if (!rest.empty() && rest != "8") bad(descr, "objects have size 8");
@@ -172,10 +190,14 @@ dtype dtype::parse(std::string_view descr) {
         if (rest.substr(0, 1) != "8") bad(descr, "datetimes have size 8");
         rest.remove_prefix(1);
         if (!rest.empty()) {
-          if (rest.front() != '[' || rest.back() != ']') bad(descr, "the unit goes in brackets");
+          if (rest.size() < 2 || rest.front() != '[' || rest.back() != ']') {
+            bad(descr, "the unit goes in brackets");
+          }
           t.unit_ = std::string(rest.substr(1, rest.size() - 2));
+          if (t.unit_.empty()) bad(descr, "empty datetime unit (numpy writes none: '<M8')");
           if (t.unit_.find('/') != std::string::npos) t.unit_ = divided_unit(descr, t.unit_);
           if (!valid_datetime_unit(t.unit_)) bad(descr, "unknown datetime unit");
+          t.unit_ = canonical_unit(t.unit_);  // as numpy's str gives it, so == compares units
         }
         t.itemsize_ = 8;
         break;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -361,6 +362,11 @@ class header_interpreter {
   std::uint64_t dimension(const py_value& d, const char* what) {
     if (d.kind != py_value::integer || d.negative) {
       p_.fail_at(d.pos, std::string(what) + " must hold non-negative integers");
+    }
+    if (d.num > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      // numpy's dimensions are signed: it reads one of 2^63 or more as negative, and refuses.
+      p_.fail_at(d.pos, std::string(what) + " holds " + std::to_string(d.num) +
+                            ", past numpy's largest dimension, 2^63 - 1");
     }
     return d.num;
   }

@@ -621,7 +621,7 @@ const std::vector<bad_fixture>& bad_fixtures() {
        [] { return with_a_header("{'descr': '<f3', 'fortran_order': False, 'shape': (3,), }"); },
        step::array, "a", errc::corrupt_npy,
        "npy_header_bad_descr.npz: member 'a.npy' at offset 55: bad .npy header: invalid dtype "
-       "'<f3': floats have size 2, 4, 8, 12 or 16"},
+       "'<f3': floats have size 2, 4, 8 or 16"},
       {"npy_header_negative_dimension",
        [] { return with_a_header("{'descr': '<i4', 'fortran_order': False, 'shape': (-3,), }"); },
        step::array, "a", errc::corrupt_npy,

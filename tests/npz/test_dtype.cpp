@@ -50,7 +50,7 @@ TEST_SUITE("dtype") {
     CHECK(dtype::parse("b1").str() == "|b1");
     CHECK(dtype::parse("S5").str() == "|S5");
     CHECK(dtype::parse("O").str() == "|O");
-    CHECK_THROWS_WITH_AS(dtype::parse("f3"), "invalid dtype 'f3': floats have size 2, 4, 8, 12 or 16",
+    CHECK_THROWS_WITH_AS(dtype::parse("f3"), "invalid dtype 'f3': floats have size 2, 4, 8 or 16",
                          std::invalid_argument);
   }
 
@@ -78,13 +78,46 @@ TEST_SUITE("dtype") {
     }
   }
 
+  TEST_CASE("spells datetime units as numpy's str does, so that equal units compare equal") {
+    // Each kept its spelling: "<M8[1ns]" != "<M8[ns]", "<m8[generic]" != "<m8" (numpy 1.24).
+    const std::pair<const char*, const char*> cases[] = {
+        {"<M8[1ns]", "<M8[ns]"},   {"<M8[001ns]", "<M8[ns]"}, {"<M8[010ns]", "<M8[10ns]"},
+        {"<m8[generic]", "<m8"},   {"<M8[1generic]", "<M8"},  {"<M8[2generic]", "<M8"},
+        {"<M8[0ns]", "<M8[0ns]"}, {">m8[25s]", ">m8[25s]"}};
+    for (const auto& c : cases) {
+      const char* descr = c.first;
+      CAPTURE(descr);
+      CHECK(dtype::parse(descr).str() == c.second);
+      CHECK(dtype::parse(descr) == dtype::parse(c.second));
+    }
+    CHECK(dtype::parse("<m8[generic]").datetime_unit().empty());
+    CHECK_THROWS_WITH_AS(dtype::parse("<M8[]"),
+                         "invalid dtype '<M8[]': empty datetime unit (numpy writes none: '<M8')",
+                         std::invalid_argument);
+    // Neither is a type on 64-bit Linux (np.dtype refuses them): they were written.
+    CHECK_THROWS_WITH_AS(dtype::parse("<f12"),
+                         "invalid dtype '<f12': floats have size 2, 4, 8 or 16",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dtype::parse("<c24"),
+                         "invalid dtype '<c24': complex numbers have size 8, 16 or 32",
+                         std::invalid_argument);
+    // A count too large for numpy was said to be missing.
+    CHECK_THROWS_WITH_AS(dtype::parse("|V9223372036854775807"),
+                         "invalid dtype '|V9223372036854775807': a byte count of "
+                         "9223372036854775807 is too large",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(dtype::parse("<U4x"),
+                         "invalid dtype '<U4x': a character count must follow",
+                         std::invalid_argument);
+  }
+
   TEST_CASE("reads a datetime unit with a divisor as numpy's multiple of a smaller unit") {
     const std::pair<const char*, const char*> cases[] = {
         {"<M8[us/2]", "<M8[500ns]"}, {"<m8[10s/2]", "<m8[5000ms]"}, {"<M8[Y/4]", "<M8[3M]"},
         {"<M8[Y/5]", "<M8[73D]"},    {"<M8[7M/3]", "<M8[70D]"},     {"<M8[W/4]", "<M8[42h]"},
         {"<M8[D/24]", "<M8[h]"},     {"<M8[m/60]", "<M8[s]"},       {"<M8[fs/2]", "<M8[500as]"},
         {"<M8[ns/1000000]", "<M8[fs]"}, {"<M8[s/01]", "<M8[s]"},
-        {"<M8[0010us/4]", "<M8[2500ns]"}, {"<M8[generic/1]", "<M8[generic]"}};
+        {"<M8[0010us/4]", "<M8[2500ns]"}, {"<M8[generic/1]", "<M8"}};
     for (const auto& c : cases) {
       const char* descr = c.first;  // not a structured binding: clang cannot CAPTURE one
       CAPTURE(descr);
@@ -111,7 +144,7 @@ TEST_SUITE("dtype") {
 
   TEST_CASE("refuses malformed descrs with a sentence saying why") {
     CHECK_THROWS_WITH_AS(dtype::parse("<f3"),
-                         "invalid dtype '<f3': floats have size 2, 4, 8, 12 or 16",
+                         "invalid dtype '<f3': floats have size 2, 4, 8 or 16",
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(dtype::parse("<M8[fortnight]"),
                          "invalid dtype '<M8[fortnight]': unknown datetime unit",
