@@ -14,10 +14,14 @@ std::string make_message(errc code, const std::string& path, const std::string& 
     if (sys_errno != 0) msg += std::string(": ") + std::strerror(sys_errno);
     return msg;
   }
-  std::string msg = path;
-  if (!member.empty()) msg += ": member '" + member + "'";
-  if (offset != error::no_offset) msg += " at offset " + std::to_string(offset);
-  return msg + ": " + detail;
+  // Without a path (a header parsed from memory, say), the message starts with what is known:
+  // it began with a blank (" at offset 20: ...") or a colon.
+  std::string where = path;
+  if (!member.empty()) where += (where.empty() ? "member '" : ": member '") + member + "'";
+  if (offset != error::no_offset) {
+    where += (where.empty() ? "at offset " : " at offset ") + std::to_string(offset);
+  }
+  return where.empty() ? detail : where + ": " + detail;
 }
 
 }  // namespace

@@ -215,6 +215,13 @@ TEST_SUITE("npy") {
   }
 
   TEST_CASE("refuses malformed headers, naming the file, member and offset") {
+    // Without a file or member, the message starts with the offset (it began with a blank).
+    try {
+      mmnpz::read_npy_header("\x93NUMPX", 6);
+      FAIL("no error");
+    } catch (const mmnpz::error& e) {
+      CHECK(std::string(e.what()) == "at offset 0: not a .npy array: bad magic");
+    }
     CHECK(error_of("\x93NUMPX") == "f.npz: member 'm.npy' at offset 1000: not a .npy array: bad magic");
     CHECK(error_of(std::string("\x93NUMPY\x04\x00", 8) + "xx") ==
           "f.npz: member 'm.npy' at offset 1006: unsupported .npy version 4.0");
