@@ -8,6 +8,9 @@ import math
 import operator
 import os
 import sys
+import zlib
+
+import numpy as np
 
 from . import _mmnpz
 
@@ -110,8 +113,29 @@ def alignment(value, path):
     return value
 
 
-#: The options a loader's state_dict() holds beside its place, which must agree on resume.
-RESUME_KEYS = ("seed", "kind", "batch_size", "rank", "world_size")
+#: The options a loader's state_dict() holds beside its place, which must agree on resume
+#: (a state saved before a key was added lacks it, and is not checked for it).
+RESUME_KEYS = ("seed", "kind", "batch_size", "rank", "world_size", "length", "hop",
+               "num_samples", "shuffle_windows", "random_crop", "drop_remainder",
+               "pad_short_items", "drop_last", "items", "lengths_crc32")
+
+
+def resume_options(sampler, drop_last):
+    """The state_dict() keys after those of the Loader's first versions: everything else that
+    decides which samples a batch holds (the sampler's options, the items it draws from,
+    drop_last). A Loader resumed with another sampler length or other items yielded other
+    batches in silence."""
+    o = sampler._s.options
+    crc = getattr(sampler, "_lengths_crc32", None)
+    if crc is None:  # once per sampler (8 bytes per item)
+        crc = sampler._lengths_crc32 = zlib.crc32(
+            np.ascontiguousarray(sampler._lengths, "<i8").tobytes())
+    return {"length": o.length, "hop": o.hop, "num_samples": o.num_samples,
+            "shuffle_windows": o.shuffle_windows, "random_crop": o.random_crop,
+            "drop_remainder": o.drop_remainder,
+            # What the other kinds draw does not depend on it.
+            "pad_short_items": o.pad_short_items and o.kind in ("sliding", "weighted"),
+            "drop_last": bool(drop_last), "items": len(sampler._lengths), "lengths_crc32": crc}
 
 
 def saved_place(state, mine):
@@ -123,6 +147,9 @@ def saved_place(state, mine):
         raise TypeError(f"state must be a dict made by state_dict(), not {type(state).__name__}")
     for key in RESUME_KEYS:
         if state.get(key, mine[key]) != mine[key]:
+            if key == "lengths_crc32":
+                raise ValueError("the saved state was made for other items (of other lengths; "
+                                 f"as many, {mine['items']})")
             raise ValueError(f"the saved state has {key}={state[key]!r}, this loader "
                              f"{mine[key]!r}")
     place = []
@@ -132,4 +159,7 @@ def saved_place(state, mine):
         place.append(integer(state[key], f"the saved state's {key}"))
         if place[-1] < 0:
             raise ValueError(f"the saved state's {key} must not be negative, not {place[-1]}")
+        if place[-1] >= 1 << 64:  # refused now, not at the first batch
+            raise ValueError(f"the saved state's {key} {place[-1]} is too large for a 64-bit "
+                             f"integer")
     return tuple(place)

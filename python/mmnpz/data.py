@@ -1019,8 +1019,17 @@ class Loader:
                                      f"same pad")
                 _refuse_short(dataset.lengths, excerpt.length, sampler.kind, dataset,
                               "Loader(pad='none')")
+                crops = sampler.options.random_crop or sampler.kind not in _DRAWS_EVERY_ITEM
+                if 0 < sampler.length < excerpt.length and crops:
+                    # Its starts keep windows of its own length inside the items: a longer
+                    # excerpt ran past an item's end some batches later.
+                    raise ValueError(f"length={excerpt.length} is longer than the sampler's "
+                                     f"excerpts ({sampler.length}), whose starts keep only "
+                                     f"those inside the items: make the sampler with "
+                                     f"length={excerpt.length}, or pad ('fill', 'wrap')")
         except _USER_ERRORS as e:
             raise _in_user_words(e, "Loader") from None
+        fields = list(fields)  # a generator was used up by the checks: no field was kept
         for k, pair in enumerate(fields):
             is_pair = isinstance(pair, (tuple, list)) and len(pair) == 2
             field = pair[0] if is_pair else pair
@@ -1062,14 +1071,17 @@ class Loader:
         """Where the next batch begins, plus the options that must agree on resume."""
         return {"epoch": self.epoch, "position": self.position, "seed": self.sampler.seed,
                 "kind": self.sampler.kind, "batch_size": self.batch_size,
-                "rank": self.sampler.rank, "world_size": self.sampler.world_size}
+                "rank": self.sampler.rank, "world_size": self.sampler.world_size,
+                **_core.resume_options(self.sampler, self.drop_last)}
 
     def load_state_dict(self, state):
         """Resumes where ``state`` (from :meth:`state_dict`) says: the next batch begins at its
-        epoch and position. ValueError when its seed, kind, batch_size, rank or world_size
-        differ from this loader's, or its epoch and position are no place in an epoch of this
-        loader (a position from 0 to the rank's epoch size); TypeError when it is no dict of
-        integers. The loader is unchanged when the state is refused."""
+        epoch and position. ValueError when its seed, kind, batch_size, rank or world_size, the
+        sampler's other options, drop_last or the items' lengths differ from this loader's (a
+        state saved by an older version lacks some of them, and is not checked for those), or
+        its epoch and position are no place in an epoch of this loader (a position from 0 to
+        the rank's epoch size); TypeError when it is no dict of integers. The loader is
+        unchanged when the state is refused."""
         try:
             epoch, position = _core.saved_place(state, self.state_dict())
             if position > len(self.sampler):

@@ -593,7 +593,8 @@ class ExcerptLoader(torch.utils.data.DataLoader):
             epoch, b = epoch + 1, 0
         return {"epoch": epoch, "position": b * batches.batch_size, "seed": batches.seed,
                 "kind": batches._sampler_options["kind"], "batch_size": batches.batch_size,
-                "rank": batches.rank, "world_size": batches.world_size}
+                "rank": batches.rank, "world_size": batches.world_size,
+                **_core.resume_options(batches._sampler, batches.drop_last)}
 
     def load_state_dict(self, state):
         """Makes the next pass begin where ``state`` (from state_dict) says."""
@@ -900,6 +901,10 @@ def loader(source, *, num_workers=0, multiprocessing_context=None, pin_memory=Fa
         prefetch_factor = _core.integer(prefetch_factor, "loader: prefetch_factor")
         if prefetch_factor <= 0:
             raise ValueError(f"loader: prefetch_factor must be positive, not {prefetch_factor}")
+    if timeout and not num_workers:
+        # torch asserts it away (a bare AssertionError) at iter().
+        raise ValueError(f"loader: timeout={timeout!r} applies to worker processes "
+                         f"(num_workers > 0); batches made in this process have none")
     if isinstance(source, ExcerptBatches):
         if options:
             raise TypeError(f"options {sorted(options)} are for making an ExcerptBatches, "

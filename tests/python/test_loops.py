@@ -221,6 +221,50 @@ def error_of(call):
     return str(e.value)
 
 
+def test_a_loader_refuses_now_what_gave_other_batches_later(shards):
+    spec, _ = shards
+    ds = mmnpz.Dataset(spec)
+    weighted = mmnpz.Sampler(ds, "weighted", length=4, num_samples=40, pad="fill")
+    # Fields given by a generator were used up by the checks: the batches had none.
+    loader = mmnpz.Loader(ds, weighted, 2, pad="fill", fields=((ds, 1) for _ in range(1)))
+    assert len(loader.fields) == 2 and isinstance(next(iter(loader)).data, tuple)
+    # A state resumed into a Loader of another sampler, or other items, gave other batches.
+    state = mmnpz.Loader(ds, weighted, 2, pad="fill").state_dict()
+    others = {
+        "the saved state has num_samples=40, this loader 12":
+            mmnpz.Loader(ds, mmnpz.Sampler(ds, "weighted", length=4, num_samples=12, pad="fill"),
+                         2, pad="fill"),
+        "the saved state has length=4, this loader 3":
+            mmnpz.Loader(ds, mmnpz.Sampler(ds, "weighted", length=3, num_samples=40, pad="fill"),
+                         2, pad="fill"),
+        "the saved state has drop_last=True, this loader False":
+            mmnpz.Loader(ds, weighted, 2, pad="fill", drop_last=False),
+        f"the saved state was made for other items (of other lengths; as many, {len(ds)})":
+            mmnpz.Loader(ds[::-1], mmnpz.Sampler(ds[::-1], "weighted", length=4,
+                                                 num_samples=40, pad="fill"), 2, pad="fill"),
+    }
+    for want, other in others.items():
+        with pytest.raises(ValueError) as e:
+            other.load_state_dict(state)
+        assert str(e.value) == f"Loader.load_state_dict: {want}"
+        assert other.state_dict()["position"] == 0  # unchanged
+    # A state saved before these keys were added is not checked for them.
+    old = {k: state[k] for k in ("epoch", "position", "seed", "kind", "batch_size", "rank",
+                                 "world_size")}
+    others["the saved state has length=4, this loader 3"].load_state_dict(old)
+    with pytest.raises(ValueError, match=r"^Loader.load_state_dict: the saved state's epoch "
+                                         r"18446744073709551616 is too large for a 64-bit "
+                                         r"integer$"):
+        loader.load_state_dict(dict(state, epoch=2**64))  # was refused at the first batch
+    # Excerpts longer than the sampler's ran past items' ends some batches later.
+    with pytest.raises(ValueError, match=r"^Loader: length=5 is longer than the sampler's "
+                                         r"excerpts \(4\), whose starts keep only those inside "
+                                         r"the items: make the sampler with length=5, or pad "
+                                         r"\('fill', 'wrap'\)$"):
+        mmnpz.Loader(ds, mmnpz.Sampler(ds, "sliding", length=4), 2, length=5)
+    mmnpz.Loader(ds, mmnpz.Sampler(ds, "sliding", length=4), 2, length=3)  # shorter: inside
+
+
 def test_errors_name_the_call_and_argument_not_internal_names(shards):
     spec, _ = shards
     ds = mmnpz.Dataset(spec)
@@ -377,15 +421,21 @@ def test_a_saved_state_that_is_no_place_in_an_epoch_is_refused_and_leaves_the_lo
 
 
 def test_a_gather_error_in_a_loader_names_the_archive_and_member(tmp_path):
+    import os
     write_lengths(tmp_path / "a.npz", [3] * 20)
     ds = mmnpz.Dataset(tmp_path / "a.npz")
-    # Starts cropped for 1-row excerpts, a Loader of 3-row ones: only the gather can tell.
+    # Starts cropped for 1-row excerpts, a Loader of 3-row ones: an error at the first batch,
+    # refused when the Loader is made now.
     sampler = mmnpz.Sampler(ds, "sequential", length=1, seed=1)
-    loader = mmnpz.Loader(ds, sampler, 20, length=3)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(ValueError, match="^Loader: length=3 is longer than the sampler's "):
+        mmnpz.Loader(ds, sampler, 20, length=3)
+    # An archive cut after the Loader was made: only the gather can tell.
+    loader = mmnpz.Loader(ds, mmnpz.Sampler(ds, "sequential", length=3), 20)
+    os.truncate(tmp_path / "a.npz", 300)
+    with pytest.raises(mmnpz.FormatError) as e:
         next(iter(loader))
     assert str(e.value).startswith(f"{tmp_path / 'a.npz'}: member 'item")
-    assert "runs past the end of the member (3 rows)" in str(e.value)
+    assert str(e.value).endswith(": the archive was truncated after it was opened")
 
 
 # ---- Dataset views -------------------------------------------------------------------------

@@ -321,7 +321,10 @@ def test_sizes_seeds_and_ranks_that_are_not_integers_are_refused_not_truncated(
     (dict(num_workers=1, prefetch_factor=1.5), TypeError,
      "loader: prefetch_factor must be an integer, not float"),
     (dict(num_workers=1, prefetch_factor=0), ValueError,
-     "loader: prefetch_factor must be positive, not 0")])
+     "loader: prefetch_factor must be positive, not 0"),
+    # torch asserted it away at iter() (a bare AssertionError).
+    (dict(timeout=5), ValueError, "loader: timeout=5 applies to worker processes "
+                                  "(num_workers > 0); batches made in this process have none")])
 def test_worker_options_that_torch_would_assert_on_or_truncate_are_refused_by_name(
         shards, options, error, message):
     # torch 1.13 raised a bare AssertionError for prefetch_factor=0, and torch.empty's
@@ -430,8 +433,10 @@ def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, 
     assert len(list(first)) == 6
     taken = take(iter(first), 4)  # epoch 1, batches 0..3
     state = first.state_dict()
-    assert state == {"epoch": 1, "position": 12, "seed": 6, "kind": "shuffle",
-                     "batch_size": 3, "rank": 0, "world_size": 1}
+    assert {k: state[k] for k in ("epoch", "position", "seed", "kind", "batch_size", "rank",
+                                  "world_size", "length", "items", "drop_last")} == {
+        "epoch": 1, "position": 12, "seed": 6, "kind": "shuffle", "batch_size": 3, "rank": 0,
+        "world_size": 1, "length": LENGTH, "items": 16, "drop_last": False}
     for got, want in zip(taken, stream[1]):
         assert_same_batch(got, want)
     resumed = make()
@@ -463,6 +468,10 @@ def test_a_loader_resumes_from_a_state_dict_with_the_rest_of_the_stream(shards, 
 
     with pytest.raises(ValueError, match="the saved state has seed=5, this loader 6"):
         resumed.load_state_dict(dict(state, seed=5))
+    # A state of another excerpt length (its starts keep other windows) was taken.
+    with pytest.raises(ValueError, match=f"^the saved state has length={LENGTH + 1}, this "
+                                         f"loader {LENGTH}$"):
+        resumed.load_state_dict(dict(state, length=LENGTH + 1))
     with pytest.raises(ValueError, match="the saved state's epoch 1 and position 13 are not "
                                          "the start of a batch of 3 in an epoch of 6 batches"):
         resumed.load_state_dict(dict(state, position=13))
