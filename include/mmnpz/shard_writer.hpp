@@ -45,8 +45,10 @@ void validate(const shard_writer_options& options, const std::string& path);
 /// committed when write() returns) and is closed, central directory written, before the next
 /// one begins. close() closes the last shard and renames every shard to its final name; when
 /// the process dies before, the .partial files hold every committed item and mmnpz::recover()
-/// rebuilds the last one's directory. Existing files of the same names are replaced; shards of
-/// an earlier run with another count are left as they are. One shard writer per path at a
+/// rebuilds the last one's directory. Existing final files of the same names are replaced;
+/// shards of an earlier run with another count are left as they are. A .partial that a run
+/// which died left is refused (errc::invalid_argument, when the shard of its name would
+/// begin): it may hold that run's items. One shard writer per path at a
 /// time: from opening to close() it holds a lock (the file ".train.npz.mmnpz-shards.lock" next
 /// to the shards, removed by close()), and a second one is refused (errc::invalid_argument).
 ///
@@ -113,9 +115,8 @@ class shard_writer {
   /// because the item that began it was refused is removed.
   void close();
   /// Closes the writer leaving the final paths as they were before it: removes every shard it
-  /// began (a .partial left by a run that died, which the shard being written would have
-  /// replaced at its close, stays as it was), renames none and releases the lock; paths()
-  /// stays empty. Never throws; a no-op after close() or discard().
+  /// began (a .partial left by a run that died stays as it was), renames none and releases
+  /// the lock; paths() stays empty. Never throws; a no-op after close() or discard().
   void discard();
   /// True once close() or discard() was called.
   bool closed() const;

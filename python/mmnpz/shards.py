@@ -50,6 +50,8 @@ class ShardWriter:
     the last shard and renames every shard to its final name. Existing files of those names are
     replaced; an exception leaving the ``with`` block before the first item was written
     discards instead (:meth:`discard`), so that no empty shard replaces one of an earlier run.
+    A ``.partial`` that a run which died left is refused (ValueError, when the shard of its
+    name would begin): it may hold that run's items (:func:`recover` it, or remove it).
     Calls from several threads take turns (a group is written whole before another
     thread's write).
     """

@@ -1,6 +1,7 @@
 #include "mmnpz/shard_writer.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -146,8 +147,17 @@ struct shard_writer::impl {
   void begin_shard() {
     std::string partial = stem + shard_suffix(partial_paths.size(), {}) + std::string(npz_ext) +
                           std::string(partial_ext);
+    // This run holds the lock and has not made it: a run that died left it, holding the items
+    // it committed (recover rebuilds its directory). It was replaced, and they were lost.
+    struct stat st {};
+    if (::lstat(partial.c_str(), &st) == 0) {
+      throw errors::invalid_argument(
+          path, "'" + partial + "' is a shard of a run that died, which may hold items (`mmnpz "
+                "recover` rebuilds its directory): rename or remove the .partial files of "
+                "that run before writing these shards again");
+    }
     writer_options w;
-    w.mode = open_mode::truncate;  // a .partial left by a run that died is replaced
+    w.mode = open_mode::truncate;
     w.alignment = opt.alignment;
     w.allow_duplicate_names = opt.allow_duplicate_names;
     current.emplace(partial, w);
@@ -194,9 +204,8 @@ struct shard_writer::impl {
   }
 
   // Removes every shard begun and renames none: the final paths stay as they were before
-  // this writer. The shard being written is discarded by its writer, which leaves a .partial
-  // of a run that died as it was (recover() may still restore it); the finished ones, which
-  // had replaced any such file, are removed.
+  // this writer. A .partial of a run that died was never begun here (it is refused), and
+  // stays as it was.
   void discard() noexcept {
     if (closed) return;
     closed = true;

@@ -522,6 +522,18 @@ struct writer::impl {
       release_lock();
       throw errors::os(path, "create a temporary file next to", err);
     }
+    // Locked too: a writer or recover() given the temporary file's name (it ends in no
+    // directory while written) is refused, where it cut it short or replaced it in place.
+    try {
+      detail::lock_for_writing(fd, temp);
+    } catch (...) {
+      ::close(fd);
+      fd = -1;
+      ::unlink(temp.c_str());
+      temp.clear();
+      release_lock();
+      throw;
+    }
     // The new archive keeps the old one's permissions and, where allowed, its owner.
     (void)::fchmod(fd, st.st_mode & 07777);
     if (st.st_uid != ::geteuid() || st.st_gid != ::getegid()) {

@@ -300,7 +300,14 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
     {
       mmnpz::shard_writer w(dir + "/d.npz", o);
       w.write("x", a.data(), {2});
-      w.write("y", a.data(), {2});  // the second shard: d-00001.npz.partial, being written
+      // The second shard would be d-00001.npz.partial: a dead run's is refused, not replaced.
+      CHECK_THROWS_WITH_AS(w.write("y", a.data(), {2}),
+                           (dir + "/d.npz: '" + dir + "/d-00001.npz.partial' is a shard of a run "
+                            "that died, which may hold items (`mmnpz recover` rebuilds its "
+                            "directory): rename or remove the .partial files of that run before "
+                            "writing these shards again")
+                               .c_str(),
+                           mmnpz::error);
       w.discard();
       w.discard();  // a no-op, as close() after it
       w.close();
@@ -314,6 +321,32 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
     CHECK(test::read_file(dir + "/d-00001.npz.partial") == "left-by-a-dead-run\n");
     mmnpz::shard_writer again(dir + "/d.npz");  // the lock was let go
     again.discard();
+  }
+
+  TEST_CASE("a .partial a dead run left is refused, not replaced: its items stay recoverable") {
+    // A new run of the same name replaced it: the items it had committed were lost.
+    const std::string dir = scratch_dir("shards_dead_run");
+    const auto a = item(1);
+    {
+      mmnpz::writer w(dir + "/r-00000.npz.partial");  // as a killed run leaves it, closed here
+      w.write("old", a.data(), {2});
+    }
+    const std::string dead = test::read_file(dir + "/r-00000.npz.partial");
+    CHECK_THROWS_WITH_AS(mmnpz::shard_writer(dir + "/r.npz"),
+                         (dir + "/r.npz: '" + dir + "/r-00000.npz.partial' is a shard of a run "
+                          "that died, which may hold items (`mmnpz recover` rebuilds its "
+                          "directory): rename or remove the .partial files of that run before "
+                          "writing these shards again")
+                             .c_str(),
+                         mmnpz::error);
+    CHECK(test::read_file(dir + "/r-00000.npz.partial") == dead);
+    CHECK(files(dir) == std::vector<std::string>{dir + "/r-00000.npz.partial"});
+    REQUIRE(::rename((dir + "/r-00000.npz.partial").c_str(), (dir + "/old.npz").c_str()) == 0);
+    mmnpz::shard_writer again(dir + "/r.npz");  // the run's lock was let go
+    again.write("new", a.data(), {2});
+    again.close();
+    CHECK(mmnpz::reader(dir + "/r-00000-of-00001.npz").names() ==
+          std::vector<std::string>{"new"});
   }
 
   TEST_CASE("an exception before the first item discards; after one, the shards are closed") {
@@ -449,9 +482,9 @@ for p in sorted(glob.glob(sys.argv[1] + '/x-*-of-*.npz')):
     CHECK(mmnpz::reader(dir + "/t-00000-of-00001.npz").names() == std::vector<std::string>{"b"});
   }
 
-  TEST_CASE("replaces the shards and .partial files of an earlier run of the same count") {
+  TEST_CASE("replaces the shards of an earlier run of the same count") {
+    // (A .partial an earlier run left when it died is refused: see above.)
     const std::string dir = scratch_dir("shards_again");
-    test::run("echo stale > '" + dir + "/t-00000.npz.partial'");
     const auto a = item(1);
     for (int run = 0; run < 2; ++run) {
       mmnpz::shard_writer w(dir + "/t.npz");

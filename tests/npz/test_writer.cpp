@@ -835,6 +835,32 @@ TEST_SUITE("writers never break readers") {
     CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"a", "b", "c", "d"});
   }
 
+  TEST_CASE("a replacing writer's temporary file is locked: no writer or recover takes it") {
+    // It was not: recover() cut the live writer's file short (its close() then renamed a
+    // broken archive over the old one), and a second writer replaced it (the first one's
+    // members were lost, its close() raising nothing).
+    const std::string path = test::scratch("tmp_locked.npz");
+    write_ramps(path, mmnpz::open_mode::create, 0);
+    {
+      mmnpz::writer w(path, {mmnpz::open_mode::truncate});
+      const double x = 1;
+      w.write("a", &x, {});
+      const auto found = scratch_entries(".tmp_locked.npz.mmnpz-tmp-");
+      REQUIRE(found.size() == 1);
+      const std::string temp = std::string(MMNPZ_TEST_TMP) + "/" + found[0];  // kept
+      const std::string here = temp +
+                               ": another writer (in this process) has the archive open; "
+                               "two writers would lose members, so wait until it is closed";
+      for (auto mode : {mmnpz::open_mode::append, mmnpz::open_mode::truncate}) {
+        CHECK_THROWS_WITH_AS(mmnpz::writer(temp, {mode}), here.c_str(), mmnpz::error);
+      }
+      CHECK_THROWS_WITH_AS(mmnpz::recover(temp), here.c_str(), mmnpz::error);
+      w.write("c", &x, {});
+    }
+    CHECK(mmnpz::reader(path).names() == std::vector<std::string>{"a", "c"});
+    CHECK(scratch_entries(".tmp_locked.npz.").empty());
+  }
+
   TEST_CASE("a writer whose file is replaced between its open and its lock writes the new one") {
     // As when another writer renames its replacement over the path and lets go just after this
     // one opened the old file: appending there would lose the members (no reader opens it).
