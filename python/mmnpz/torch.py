@@ -259,6 +259,10 @@ class ExcerptBatches(torch.utils.data.Dataset):
             raise _in_user_words(e, "ExcerptBatches") from None
         self.batch_size, self.length = options.batch_size, options.excerpt.length
         self.pad, self.fill, self.drop_last, self.threads = pad, fill, bool(drop_last), threads
+        # The epoch of plain integer keys, in shared memory: a DataLoader's persistent workers
+        # (forked, or spawned: it crosses as they start) see set_epoch's, where their copy of
+        # this object kept the epoch it had when they started (every pass was epoch 0).
+        self._epoch_cell = multiprocessing.RawValue("Q", 0)
         self.epoch = 0
         self._next = None  # (epoch, batch) where the next pass begins, when chosen
         self._passes = 0  # passes begun by sampler()'s keys
@@ -301,12 +305,27 @@ class ExcerptBatches(torch.utils.data.Dataset):
         """The :class:`mmnpz.Dataset` of the data (opened in this process on first use)."""
         return self._open()[0]
 
+    @property
+    def epoch(self):
+        """The epoch of plain integer keys (see set_epoch)."""
+        cell = self._epoch_cell
+        return self._epoch if cell is None else cell.value
+
+    @epoch.setter
+    def epoch(self, epoch):
+        if epoch >= 1 << 64:
+            raise ValueError(f"epoch {epoch} is too large for a 64-bit integer")
+        self._epoch = epoch
+        if self._epoch_cell is not None:
+            self._epoch_cell.value = epoch
+
     def set_epoch(self, epoch):
         """Makes items b (plain integers) batches of ``epoch``, and ``epoch`` the epoch of the
         next pass over ``sampler()`` (a DataLoader made by :func:`loader`). Without it each
         such pass takes the epoch after the last one's; a DataLoader without that sampler
         (plain integer keys) takes ``epoch`` every pass, as with DistributedSampler. The epoch
-        reaches the workers, persistent or not, with each key."""
+        reaches the workers, persistent or not: with each key of sampler(), and through
+        shared memory for plain integer keys."""
         epoch = _core.integer(epoch, "set_epoch: epoch")
         if epoch < 0:
             raise ValueError(f"epoch must not be negative, not {epoch}")
@@ -359,6 +378,9 @@ class ExcerptBatches(torch.utils.data.Dataset):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.update(_datasets=None, _sampler=None, _layouts=None, _rows=None, _data_size=None)
+        if multiprocessing.context.get_spawning_popen() is None:
+            # Pickled for keeping, not for a process being started: the epoch, not the cell.
+            state.update(_epoch=self.epoch, _epoch_cell=None)
         return state
 
     def _gather_threads(self):

@@ -625,6 +625,23 @@ def test_no_shared_memory_is_left_once_the_loader_is_gone(shards, context, persi
     assert shared_memory_held(pids) == before[:2] + (set(),)
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_set_epoch_reaches_persistent_workers_of_a_plain_dataloader(shards, context):
+    # Their copy of the ExcerptBatches kept the epoch it had when they started: every pass
+    # after set_epoch(1), set_epoch(2) was epoch 0 again.
+    batches = ExcerptBatches(spec(shards), select="clip??", length=LENGTH, batch_size=4, seed=3,
+                             pad="fill")
+    plain = torch.utils.data.DataLoader(batches, batch_size=None, num_workers=2,
+                                        persistent_workers=True, multiprocessing_context=context)
+    for epoch in (0, 2, 1):
+        batches.set_epoch(epoch)
+        got = [(int(b["epoch"]), b["indices"].tolist()) for b in plain]
+        assert got == [(epoch, batches[(epoch, b)]["indices"].tolist())
+                       for b in range(len(batches))]
+    # Pickled for keeping (not for a process starting), it carries the epoch itself.
+    assert pickle.loads(pickle.dumps(batches)).epoch == 1
+
+
 def test_short_items_are_refused_when_the_loader_is_made(tmp_path):
     """With pad="none", items shorter than the excerpt fail when the loader is made, naming
     the call and the shortest item, instead of in the middle of an epoch."""
