@@ -23,6 +23,7 @@ import re
 import resource
 import warnings
 import weakref
+import zlib
 
 import numpy as np
 
@@ -153,7 +154,8 @@ class Dataset:
 
     def __reduce__(self):
         o = self._options
-        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads, self._map, o.io))
+        return (_reopen_dataset, (self._specs, o.select, o.order, o.threads, self._map, o.io,
+                                  _archives_of(self)))
 
     def __len__(self):
         return len(self._d) if self._map is None else len(self._map)
@@ -604,8 +606,40 @@ def _out_array(out, shape, dtype):
     return out
 
 
-def _reopen_dataset(specs, select, order, threads, mapping=None, io="auto"):
+def _lengths_crc32(lengths):
+    return zlib.crc32(np.ascontiguousarray(lengths, "<i8").tobytes())
+
+
+def _archives_of(ds):
+    """What a pickle of ``ds`` checks where it is opened again: (device, inode, size) of each
+    archive as ``ds`` opened it, and a CRC-32 of its base items' lengths."""
+    return ds._d.identities(), _lengths_crc32(ds._base.lengths)
+
+
+def _check_same_archives(ds, archives):
+    """ValueError when an archive ``ds`` opened is not the file a pickled dataset had open
+    (``archives``, from _archives_of), unless only its size changed (an append) and the items
+    are still the same: a spawned worker read the archive renamed over the path since, whose
+    items were others."""
+    identities, lengths_crc32 = archives
+    for path, was, now in zip(ds._d.paths, identities, ds._d.identities()):
+        if was is None or now is None or tuple(was) == tuple(now):
+            continue
+        if tuple(was[:2]) != tuple(now[:2]):
+            what = "another file was renamed over it"
+        elif _lengths_crc32(ds._base.lengths) == lengths_crc32:
+            continue  # appended to, the items the same
+        else:
+            what = f"it changed ({was[2]} bytes, now {now[2]}) and its items with it"
+        raise ValueError(f"{path}: {what} since the pickled dataset opened it: its items here "
+                         f"would not be the ones that dataset had")
+
+
+def _reopen_dataset(specs, select, order, threads, mapping=None, io="auto", archives=None):
+    """The dataset a pickle names, opened again (checked against ``archives``, when given)."""
     ds = Dataset(specs, select=select or None, order=order, threads=threads, io=io)
+    if archives is not None:
+        _check_same_archives(ds, archives)
     return ds if mapping is None else ds._view(mapping)
 
 

@@ -36,8 +36,8 @@ from torch._utils import ExceptionWrapper
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from . import _core, _mmnpz
-from .data import (_USER_ERRORS, Dataset, Sampler, _aligned, _in_user_words, _refuse_short,
-                   gather_fields)
+from .data import (_USER_ERRORS, Dataset, Sampler, _aligned, _archives_of,
+                   _check_same_archives, _in_user_words, _refuse_short, gather_fields)
 
 __all__ = ["ExcerptBatches", "ExcerptLoader", "loader"]
 
@@ -360,13 +360,23 @@ class ExcerptBatches(torch.utils.data.Dataset):
         datasets = [Dataset(self._source, select=self._select, order=self._order, io=self._io)]
         for _, source, select, _ in self._fields:
             datasets.append(Dataset(source, select=select, order=self._order, io=self._io))
+        unpickled = hasattr(self, "_items")
+        if unpickled:  # are the archives those it was made with? (spawned workers)
+            try:  # not another file renamed over a path since (a pickle of 0.1.0 has none)
+                for ds, archives in zip(datasets, getattr(self, "_archives", None) or ()):
+                    _check_same_archives(ds, archives)
+            except ValueError as e:
+                raise RuntimeError(f"the archives changed since the batches were defined: "
+                                   f"{e}") from None
+        else:
+            self._archives = [_archives_of(ds) for ds in datasets]
         sampler = Sampler(datasets[0], **self._sampler_options)
-        if hasattr(self, "_items"):  # unpickled: are the archives those it was made with?
-            if (len(datasets[0]), sampler.epoch_size) != (self._items, self._epoch_size):
-                raise RuntimeError(
-                    f"the archives changed since the batches were defined: {self._items} items "
-                    f"and {self._epoch_size} samples per epoch then, {len(datasets[0])} and "
-                    f"{sampler.epoch_size} now")
+        if unpickled and (len(datasets[0]), sampler.epoch_size) != (self._items,
+                                                                    self._epoch_size):
+            raise RuntimeError(
+                f"the archives changed since the batches were defined: {self._items} items "
+                f"and {self._epoch_size} samples per epoch then, {len(datasets[0])} and "
+                f"{sampler.epoch_size} now")
         # Each field's one (dtype, trailing) of every item, or (layouts, per-item layout ids).
         self._layouts = [ds.layouts[0] if len(ds.layouts) == 1 else (ds.layouts, ds.layout_ids)
                          for ds in datasets]

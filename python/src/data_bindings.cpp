@@ -1,3 +1,4 @@
+
 // Datasets, batched gather, samplers and loader options for the _mmnpz extension. Options
 // cross as typed objects (DatasetOptions, ExcerptOptions, SamplerOptions, LoaderOptions) built
 // from keyword arguments and checked by the C++ validate(); enums cross as their text forms.
@@ -6,6 +7,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <functional>
@@ -381,6 +383,26 @@ their items' headers are read (None: no longer).)");
       .def("__len__", &mmnpz::dataset::size)
       .def_property_readonly(
           "paths", [](const mmnpz::dataset& d) { return mmnpz_python::path_list(d.paths()); })
+      .def(
+          "identities",
+          [](const mmnpz::dataset& d) {
+            // (device, inode, size) of each archive as opened, from its descriptor: what a
+            // pickle checks that the archives opened again are (the paths may name others).
+            py::list out;
+            for (std::size_t k = 0; k < d.shards(); ++k) {
+              struct stat st {};
+              const int fd = d.shard(k).descriptor();
+              if (fd < 0 || ::fstat(fd, &st) != 0) {
+                out.append(py::none());
+              } else {
+                out.append(py::make_tuple(static_cast<std::uint64_t>(st.st_dev),
+                                          static_cast<std::uint64_t>(st.st_ino),
+                                          static_cast<std::uint64_t>(st.st_size)));
+              }
+            }
+            return out;
+          },
+          R"((device, inode, size) of each archive as opened (None where unknown).)")
       .def("lengths", [](const mmnpz::dataset& d) { return to_numpy(d.lengths()); })
       .def("layout_ids",
            [](const mmnpz::dataset& d) {

@@ -102,3 +102,31 @@ def test_a_loader_says_that_it_does_not_pickle_and_what_does(tmp_path):
     with pytest.raises(TypeError, match=r"^a Loader cannot be pickled: pickle its dataset and "
                                         r"sampler, and make a Loader of them where they arrive$"):
         pickle.dumps(loader)
+
+
+def test_a_dataset_unpickled_after_its_archive_was_replaced_is_refused_not_other_items(tmp_path):
+    # A spawned worker opened the paths again: another archive renamed over one gave it other
+    # items (its values, or an error about lengths) than the dataset in the parent had.
+    import os
+    path = tmp_path / "a.npz"
+    mmnpz.savez(path, x=np.arange(8.0).reshape(4, 2), y=np.zeros((3, 2)))
+    ds = mmnpz.Dataset(path, select="[xy]")
+    kept = pickle.dumps(ds[1:])
+    mmnpz.savez(tmp_path / "b.npz", x=np.full((4, 2), 100.0), y=np.ones((3, 2)))
+    os.replace(tmp_path / "b.npz", path)
+    with pytest.raises(ValueError, match=f"^{path}: another file was renamed over it since the "
+                                         "pickled dataset opened it: its items here would not "
+                                         "be the ones that dataset had$"):
+        pickle.loads(kept)
+    # Appended to in place: the same items are taken, other items refused.
+    ds = mmnpz.Dataset(path, select="[xy]")
+    kept = pickle.dumps(ds)
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("z", np.zeros((5, 2)))  # not selected
+    assert pickle.loads(kept).lengths.tolist() == [4, 3]
+    kept = pickle.dumps(mmnpz.Dataset(path, select="[xyz]"))
+    with mmnpz.NpzWriter(path, "a", allow_duplicate_names=True) as w:
+        w.write("z", np.zeros((6, 2)))  # selected: the item z now has 6 rows
+    with pytest.raises(ValueError, match=f"^{path}: it changed \\(\\d+ bytes, now \\d+\\) and "
+                                         "its items with it since the pickled dataset"):
+        pickle.loads(kept)

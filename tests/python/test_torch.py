@@ -358,8 +358,16 @@ def test_a_copy_refuses_archives_that_changed_since_it_was_made(tmp_path):
     replacement = tmp_path / "new.npz"  # a new file: the old one may still be mapped
     np.savez(replacement, **{name: data for _, name, data, _ in items}, clip99=items[0][2])
     os.replace(replacement, path)
-    with pytest.raises(RuntimeError, match="the archives changed since the batches were "
-                                           "defined: 3 items and 3 samples per epoch then, 4"):
+    with pytest.raises(RuntimeError, match=f"^the archives changed since the batches were "
+                                           f"defined: {path}: another file was renamed over it "
+                                           f"since the pickled dataset opened it"):
+        pickle.loads(state)[0]
+    # Appended to in place, with an item the batches would take.
+    state = pickle.dumps(ExcerptBatches(path, select="clip??", length=2, batch_size=1))
+    with mmnpz.NpzWriter(path, "a") as w:
+        w.write("clip98", items[0][2])
+    with pytest.raises(RuntimeError, match=f"^the archives changed since the batches were "
+                                           f"defined: {path}: it changed \\("):
         pickle.loads(state)[0]
 
 
@@ -640,6 +648,23 @@ def test_set_epoch_reaches_persistent_workers_of_a_plain_dataloader(shards, cont
                        for b in range(len(batches))]
     # Pickled for keeping (not for a process starting), it carries the epoch itself.
     assert pickle.loads(pickle.dumps(batches)).epoch == 1
+
+
+def test_batches_unpickled_after_an_archive_was_replaced_refuse_to_gather_others(tmp_path):
+    # Spawned workers open the archives again: one renamed over a path since, with as many
+    # items, gave batches of its values in silence.
+    path = tmp_path / "a.npz"
+    mmnpz.savez(path, x=np.zeros((20, 2), np.float32), y=np.zeros((20, 2), np.float32))
+    batches = ExcerptBatches(path, length=4, batch_size=2)
+    kept = pickle.dumps(batches)
+    mmnpz.savez(tmp_path / "b.npz", x=np.ones((20, 2), np.float32),
+                y=np.ones((20, 2), np.float32))
+    os.replace(tmp_path / "b.npz", path)
+    assert batches[0]["data"].sum() == 0  # the archive it holds open
+    with pytest.raises(RuntimeError, match=f"^the archives changed since the batches were "
+                                           f"defined: {path}: another file was renamed over "
+                                           f"it since the pickled dataset opened it"):
+        pickle.loads(kept)[0]
 
 
 def test_short_items_are_refused_when_the_loader_is_made(tmp_path):
