@@ -120,6 +120,12 @@ RESUME_KEYS = ("seed", "kind", "batch_size", "rank", "world_size", "length", "ho
                "pad_short_items", "drop_last", "items", "lengths_crc32")
 
 
+def lengths_crc32(lengths):
+    """A CRC-32 of items' lengths (as little-endian int64): what tells other items apart in a
+    loader's saved state and a dataset's pickle."""
+    return zlib.crc32(np.ascontiguousarray(lengths, "<i8").tobytes())
+
+
 def resume_options(sampler, drop_last):
     """The state_dict() keys after those of the Loader's first versions: everything else that
     decides which samples a batch holds (the sampler's options, the items it draws from,
@@ -128,8 +134,7 @@ def resume_options(sampler, drop_last):
     o = sampler._s.options
     crc = getattr(sampler, "_lengths_crc32", None)
     if crc is None:  # once per sampler (8 bytes per item)
-        crc = sampler._lengths_crc32 = zlib.crc32(
-            np.ascontiguousarray(sampler._lengths, "<i8").tobytes())
+        crc = sampler._lengths_crc32 = lengths_crc32(sampler._lengths)
     return {"length": o.length, "hop": o.hop, "num_samples": o.num_samples,
             "shuffle_windows": o.shuffle_windows, "random_crop": o.random_crop,
             "drop_remainder": o.drop_remainder,

@@ -23,7 +23,6 @@ import re
 import resource
 import warnings
 import weakref
-import zlib
 
 import numpy as np
 
@@ -606,14 +605,10 @@ def _out_array(out, shape, dtype):
     return out
 
 
-def _lengths_crc32(lengths):
-    return zlib.crc32(np.ascontiguousarray(lengths, "<i8").tobytes())
-
-
 def _archives_of(ds):
     """What a pickle of ``ds`` checks where it is opened again: (device, inode, size) of each
     archive as ``ds`` opened it, and a CRC-32 of its base items' lengths."""
-    return ds._d.identities(), _lengths_crc32(ds._base.lengths)
+    return ds._d.identities(), _core.lengths_crc32(ds._base.lengths)
 
 
 def _check_same_archives(ds, archives):
@@ -627,7 +622,7 @@ def _check_same_archives(ds, archives):
             continue
         if tuple(was[:2]) != tuple(now[:2]):
             what = "another file was renamed over it"
-        elif _lengths_crc32(ds._base.lengths) == lengths_crc32:
+        elif _core.lengths_crc32(ds._base.lengths) == lengths_crc32:
             continue  # appended to, the items the same
         else:
             what = f"it changed ({was[2]} bytes, now {now[2]}) and its items with it"

@@ -25,22 +25,17 @@ struct npy_plan {
 inline npy_plan plan_npy(const dtype& type, const std::vector<std::uint64_t>& shape,
                          bool fortran_order) {
   npy_plan p;
-  if (type.descr().empty()) {
-    p.refusal = "the dtype is empty (a default-constructed mmnpz::dtype; make one with "
-                "dtype::parse, dtype::of or dtype::structured)";
-  } else if (type.has_object()) {
+  if (type.has_object()) {
     p.refusal = "object arrays cannot be written (they need pickle)";
   } else if (type.is_subarray()) {
     p.refusal = "a sub-array dtype " + type.descr() + " is no array's dtype (numpy loads no "
                 ".npy of it): write its base type with the sub-array's shape appended";
-  } else if (shape.size() > max_npy_ndim) {
-    p.refusal = "too many dimensions";
-  } else if (!array_nbytes(shape, type.itemsize(), p.nbytes)) {
-    p.refusal = "the array's size overflows";
   } else {
     try {
-      // It refuses a header that does not read back as this array (see make_npy_header).
+      // It refuses what no reader would read back as this array: an empty dtype, too many
+      // dimensions, a size that overflows, a header too long or that reads as another.
       p.header = make_npy_header(type, shape, fortran_order);
+      array_nbytes(shape, type.itemsize(), p.nbytes);  // it fits: make_npy_header checked
     } catch (const error& e) {
       p.refusal = e.detail();
     }
