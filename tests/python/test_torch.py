@@ -910,8 +910,12 @@ def test_ctrl_c_stops_the_main_process_and_its_workers_quietly(shards):
     import signal
     import time
 
+    # faulthandler on SIGUSR1 (the forked workers inherit it): should the group not end, the
+    # failure shows where each process was (one CI run out of many timed out here, and its
+    # cause was not seen again in 500 runs, alone and under load).
     program = f"""
-import sys, time
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 import mmnpz.torch
 it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_size=2,
                              pad="fill", num_workers=2, multiprocessing_context="fork",
@@ -926,9 +930,23 @@ time.sleep(60)
         assert child.stdout.readline() == "ready\n"
         time.sleep(0.5)  # the workers are waiting on their semaphores
         os.killpg(child.pid, signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
+        try:
+            _, err = child.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            # The pipes stay open while any process of the group lives: say which, and where.
+            ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:32,args", "-s",
+                                 str(child.pid)], capture_output=True, text=True).stdout
+            os.killpg(child.pid, signal.SIGUSR1)
+            time.sleep(1)
             os.killpg(child.pid, signal.SIGKILL)
+            _, err = child.communicate()
+            pytest.fail(f"the process group did not end within 30 s of SIGINT (main process "
+                        f"exit status {child.returncode});\n{ps}\nstderr:\n{err}")
+    finally:
+        try:  # not child.poll(): a worker may outlive the main process
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child.communicate()
     assert child.returncode != 0 and err.rstrip().endswith("KeyboardInterrupt"), err
     assert err.count("Traceback") == 1, err  # the main process's alone
