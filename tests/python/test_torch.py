@@ -910,11 +910,14 @@ def test_ctrl_c_stops_the_main_process_and_its_workers_quietly(shards):
     import signal
     import time
 
-    # faulthandler on SIGUSR1 (the forked workers inherit it): should the group not end, the
-    # failure shows where each process was (one CI run out of many timed out here, and its
-    # cause was not seen again in 500 runs, alone and under load).
+    # Python raises KeyboardInterrupt only where SIGINT was not ignored when it started, and a
+    # shell without job control starts background commands with SIGINT ignored (a CI run
+    # started with `&`: every process slept through the signal). The program takes Ctrl-C as
+    # a terminal would deliver it. faulthandler on SIGUSR1 (the forked workers inherit it):
+    # should the group not end, the failure shows where each process was.
     program = f"""
 import faulthandler, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 faulthandler.register(signal.SIGUSR1, all_threads=True)
 import mmnpz.torch
 it = iter(mmnpz.torch.loader({spec(shards)!r}, select="clip??", length=4, batch_size=2,
