@@ -11,9 +11,10 @@ Use it with ``DataLoader(batches, batch_size=None)``, or :func:`loader`. Picklin
 DataLoader workers) sends the archive names and options only: a worker opens the archives
 itself, and gathers into a tensor in shared memory so that the batch reaches the main process
 without another copy. Under :func:`loader` the workers are mmnpz's own (torch's per-batch
-queues cost about as much as the gather itself): each gathers its share of the batches into a
-ring of buffers made once per worker, only semaphores pass between the processes, and a slot
-is reused once the main process has let go of every tensor of its batch. This module imports
+queues cost about as much as the gather itself): each claims the pass's next batch whenever
+it is free and gathers it into a ring of buffers made once per worker, only semaphores pass
+between the processes, and a slot is reused once the main process has let go of every tensor
+of its batch. This module imports
 torch; ``import mmnpz`` does not.
 """
 
@@ -129,9 +130,16 @@ class _Ring:
         """Frees a slot taken but never handed to the main process (worker side)."""
         self._arrays()[1][worker, slot] = 0
 
-    def lend(self, worker, slot):
-        """Notes that the main process handed out the batch in the slot (main side)."""
+    def lend(self, worker, slot, memory):
+        """Notes that the main process handed out the batch in the slot (main side), whose
+        tensors all rest on ``memory`` (the array slot() gave). Returns the weak reference to
+        the memoryview under it that gives the slot back once the last of them is gone (so no
+        reference counting), to be kept by the caller while the ring is in use: lighter than
+        weakref.finalize (14 us a batch with cold caches against 10 with the slot), and
+        without a cycle through the ring, which is freed once its loader is."""
         self._held.add((worker, slot))
+        return weakref.ref(memory.base, lambda _, worker=worker, slot=slot:
+                           self.give_back(worker, slot))
 
     def give_back(self, worker, slot):
         """Frees a slot once the batch handed out from it is gone (main side)."""
@@ -268,6 +276,7 @@ class ExcerptBatches(torch.utils.data.Dataset):
         self._passes = 0  # passes begun by sampler()'s keys
         self._pass = None  # (epoch, first batch) of the last
         self._datasets = self._sampler = self._layouts = self._rows = self._data_size = None
+        self._plans = {}
         datasets = self._open()
         self._items, self._epoch_size = len(datasets[0]), self._sampler.epoch_size
         self._per_rank = len(self._sampler)
@@ -387,7 +396,8 @@ class ExcerptBatches(torch.utils.data.Dataset):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(_datasets=None, _sampler=None, _layouts=None, _rows=None, _data_size=None)
+        state.update(_datasets=None, _sampler=None, _layouts=None, _rows=None, _data_size=None,
+                     _plans={})
         if multiprocessing.context.get_spawning_popen() is None:
             # Pickled for keeping, not for a process being started: the epoch, not the cell.
             state.update(_epoch=self.epoch, _epoch_cell=None)
@@ -522,15 +532,44 @@ class ExcerptBatches(torch.utils.data.Dataset):
             meta[f, :count] = v
         meta[-2, :count], meta[-1, :count] = indices, starts
 
+    def _slot_plan(self, count):
+        """Where the fields of a batch of ``count`` excerpts lie in a slot, when their layouts
+        depend on the count alone (no field of several layouts): ([(start, end, dtype,
+        shape)], the meta rows' start and end), else None. Reckoned once per count: the
+        consumer asks for every batch, its caches cold from the batch before, where each numpy
+        call costs several times what it does warm (the old per-batch path 70 us, this 39)."""
+        plan = self._plans.get(count)
+        if plan is None and count not in self._plans:
+            self._open()
+            if any(isinstance(layout[1], np.ndarray) for layout in self._layouts):
+                self._plans[count] = None
+                return None
+            layouts = self._layouts_of(np.zeros(count, np.int64))
+            fields, offset = [], 0
+            for dtype, shape in layouts:
+                nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+                fields.append((offset, offset + nbytes, dtype, shape))
+                offset = _aligned(offset + nbytes, _ALIGN)
+            at = self._data_bytes()
+            plan = self._plans[count] = (fields, at, at + (len(fields) + 2) * self.batch_size * 8)
+        return plan
+
     def _from_slot(self, memory, epoch, b):
         """The batch dict of batch b of epoch, gathered into ``memory`` by _gather_into: the
-        data tensors rest on it, the small per-excerpt arrays are copied out."""
+        data tensors rest on it, the small per-excerpt arrays are copied out (in one array,
+        a row each)."""
         count = min(self.batch_size, self._per_rank - b * self.batch_size)
-        meta = self._slot_meta(memory)[:, :count]
-        valid = [meta[f].copy() for f in range(len(meta) - 2)]
-        indices, starts = meta[-2].copy(), meta[-1].copy()
-        data = [torch.from_numpy(a) for a in _field_views(memory, self._layouts_of(indices))]
-        return _batch_dict(data, valid, indices, starts, epoch, b, self._names())
+        plan = self._slot_plan(count)
+        if plan is None:
+            meta = self._slot_meta(memory)[:, :count].copy()
+            views = _field_views(memory, self._layouts_of(meta[-2]))
+        else:
+            fields, at, end = plan
+            meta = memory[at:end].view(np.int64).reshape(-1, self.batch_size)[:, :count].copy()
+            views = [memory[start:stop].view(dtype).reshape(shape)
+                     for start, stop, dtype, shape in fields]
+        data = [torch.from_numpy(a) for a in views]
+        return _batch_dict(data, meta[:-2], meta[-2], meta[-1], epoch, b, self._names())
 
     def __repr__(self):
         return (f"<mmnpz.torch.ExcerptBatches: {self._batches} batches of {self.batch_size} "
@@ -580,16 +619,20 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     With workers, the batches do not travel through torch's worker queues: each iterator
     starts its own worker processes (with the loader's ``multiprocessing_context``,
     ``worker_init_fn``, seeds and ``torch.utils.data.get_worker_info()`` as torch sets them)
-    and one ring of shared buffers, ``prefetch_factor + 2`` batches per worker. Worker w
-    gathers batches w, w + num_workers, ... of the pass, each into the free slot given back
-    last (the likeliest to be in a CPU cache), at most ``prefetch_factor`` ahead of the
-    consumer, and only semaphores cross between the processes. The batch's tensors in the
+    and one ring of shared buffers, ``2 * prefetch_factor + 2`` batches per worker. Each
+    worker, whenever free, claims the pass's next batch and gathers it into its free slot
+    given back last (the likeliest to be in a CPU cache), at most ``num_workers *
+    prefetch_factor`` batches ahead of the consumer in all (as in torch), so a worker slowed
+    down (sharing a core with the consumer) holds back none of the others; only semaphores
+    cross between the processes, and the consumer takes the batches in order. Workers run
+    under ``SCHED_BATCH`` where Linux allows it (see _batch_policy). The batch's tensors in the
     main process rest on that slot until the last of them (or of their views) is gone, and
     only then may the worker reuse it. When the main process holds every slot of a worker (a
     consumer keeping batches), the worker sends the next batch in a new shared-memory
     segment, as a DataLoader does by default. A worker's exception is raised in the main
-    process with its traceback; a worker that dies, or ``timeout`` seconds without a batch,
-    is a RuntimeError. Persistent workers wait for the next pass; a pass left before its end
+    process with its traceback, a ``worker_init_fn``'s by the end of the pass (a worker whose
+    init failed claims no batch); a worker that dies, or ``timeout`` seconds without a batch
+    (or, at the end of the pass, without every worker begun), is a RuntimeError. Persistent workers wait for the next pass; a pass left before its end
     stops them, and the next pass starts new ones.
     """
 
@@ -646,8 +689,12 @@ class ExcerptLoader(torch.utils.data.DataLoader):
 # Seconds between checks that the other side of a worker protocol still lives (torch's
 # MP_STATUS_CHECK_INTERVAL).
 _POLL = 5.0
-# A _Workers control array (shared int64): the pass (a new generation each), and stop.
-_EPOCH, _FIRST, _END, _STOP = range(4)
+# A _Workers control array (shared int64, read and written under its claim lock but the last
+# two): the pass (epoch, first and end batch), the next batch no worker has claimed, stop, and
+# 1 + a worker whose worker_init_fn failed (0 while none did).
+_EPOCH, _FIRST, _END, _NEXT, _STOP, _BROKEN = range(6)
+# A worker's state (its row of a _Workers' shared int64 array), once it has begun.
+_STARTING, _RUNNING, _INIT_FAILED = range(3)
 # Mailbox codes besides a slot number: the batch or the worker's exception is in its queue.
 _BY_QUEUE, _FAILED = -1, -2
 
@@ -664,14 +711,36 @@ def _seed_torch(seed):
         torch.manual_seed(seed)
 
 
-def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, worker,
-                 workers, base_seed, init_fn):
+def _batch_policy():
+    """Schedules this process (a worker) as SCHED_BATCH where Linux has it: the same share of
+    the CPUs at the same nice value, but a worker woken (its credit back) no longer preempts
+    the consumer, which is the pipeline's bottleneck once the workers keep up: on two cores,
+    2,000 batches took 1.30-1.36 s against 1.47-1.70 s under SCHED_OTHER (five alternating
+    rounds). A worker_init_fn runs after it and may choose otherwise; a system that refuses
+    the call (a seccomp policy) leaves the policy as it was."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_BATCH"):
+        try:
+            if os.sched_getscheduler(0) == os.SCHED_OTHER:
+                os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except OSError:
+            pass
+
+
+def _worker_loop(batches, ring, control, state, claim, mailbox, start, credit, ready, queue,
+                 worker, workers, base_seed, init_fn):
     """Worker process ``worker`` of a _Workers: for each pass the main process starts (via
-    ``control`` and ``start``), gathers batches first + worker, first + worker + workers, ...
-    into free slots of ``ring`` (or, when none is free or the batch's layout is only known
-    once gathered, sends it through ``queue``), each once ``credit`` allows it, writes where
-    it is in ``mailbox`` and releases ``ready``. Returns when the loader stops or the main
-    process is gone."""
+    ``control`` and ``start``), claims the pass's next batch whenever ``credit`` allows it (one
+    semaphore for all the workers), gathers it into a free slot of its own in ``ring`` (or,
+    when none is free or the batch's layout is only known once gathered, sends it through
+    ``queue``), writes which worker and slot hold it in the batch's ``mailbox`` row and
+    releases that row's ``ready``. Its ``state`` says whether it began; a worker whose
+    ``worker_init_fn`` failed sends the exception through its queue and claims nothing.
+    Returns when the loader stops or the main process is gone.
+
+    Batches are claimed, not dealt: with two workers and the consumer on two cores, the
+    scheduler kept the consumer and one worker on one core and the other worker alone on the
+    other, and batches dealt in turn (w, w + n, ...) went at the pace of the slower one while
+    the faster waited for credit half the time."""
     from torch.utils.data._utils import worker as torch_worker
 
     # The main process is gone when its sentinel (a pipe or socket it holds open, under every
@@ -684,6 +753,7 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
         return os.getppid() != first_parent or (parent is not None and not parent.is_alive())
     if torch.get_num_threads() != 1:  # the call took 3-13 ms in a new process here
         torch.set_num_threads(1)
+    _batch_policy()
     seed = base_seed + worker
     random.seed(seed)
     _seed_torch(seed)
@@ -691,15 +761,16 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
     torch_worker._worker_info = torch_worker.WorkerInfo(id=worker, num_workers=workers,
                                                         seed=seed, dataset=batches)
     where = f"in DataLoader worker process {worker}"
-    failed = None  # the worker_init_fn's exception, given for every batch
+    control, state, mailbox = control.numpy(), state.numpy(), mailbox.numpy()
+    rows = mailbox.shape[0]
+    queue.cancel_join_thread()  # a worker stopped with batches unread must not hang exiting
     try:
         if init_fn is not None:
             init_fn(worker)
     except Exception:
-        failed = ExceptionWrapper(where=where)
-    control, mailbox = control.numpy(), mailbox.numpy()
-    prefetch = mailbox.shape[1]
-    queue.cancel_join_thread()  # a worker stopped with batches unread must not hang exiting
+        queue.put(ExceptionWrapper(where=where))
+        state[worker] = _INIT_FAILED
+        control[_BROKEN] = worker + 1  # one store: which worker, its error already queued
 
     def wait(semaphore):  # False once the loader stops or its process is gone
         while not semaphore.acquire(timeout=_POLL):
@@ -707,16 +778,41 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
                 return False
         return not control[_STOP]
 
+    if state[worker] == _INIT_FAILED:
+        while wait(start):  # alive until stopped: its exit would be another error
+            pass
+        return
+    state[worker] = _RUNNING
+
+    def next_batch():  # (epoch, first, b) claimed, None once the pass has none, False to stop
+        while not claim.acquire(timeout=_POLL):
+            if control[_STOP] or orphaned():
+                return False
+        try:
+            if control[_STOP]:
+                return False
+            epoch, first, end, b = control[:_STOP].tolist()
+            if b >= end:
+                return None
+            control[_NEXT] = b + 1
+            return epoch, first, b
+        finally:
+            claim.release()
+
     try:
         while wait(start):
-            epoch, first, end = (int(x) for x in control[[_EPOCH, _FIRST, _END]])
-            for k, b in enumerate(range(first + worker, end, workers)):
+            while True:
                 if not wait(credit):
                     return
+                claimed = next_batch()
+                if claimed is False:
+                    return
+                if claimed is None:  # the pass is over: the credit is the next claim's
+                    credit.release()
+                    break
+                epoch, first, b = claimed
                 code, slot = _FAILED, None
                 try:
-                    if failed is not None:
-                        raise RuntimeError("worker_init_fn failed")
                     indices, starts = batches._sample(epoch, b)
                     layouts = batches._layouts_of(indices)
                     slot = None if None in layouts else ring.take(worker)
@@ -729,9 +825,10 @@ def _worker_loop(batches, ring, control, mailbox, start, credit, ready, queue, w
                 except Exception:
                     if slot is not None:
                         ring.untake(worker, slot)
-                    queue.put(failed or ExceptionWrapper(where=where))
-                mailbox[worker, k % prefetch] = code
-                ready.release()
+                    queue.put(ExceptionWrapper(where=where))
+                row = (b - first) % rows
+                mailbox[row] = worker, code
+                ready[row].release()
     except KeyboardInterrupt:
         pass  # Ctrl-C reaches the whole process group: the main process reports it
 
@@ -754,28 +851,38 @@ class _Workers:
         self._init_fn = loader.worker_init_fn
         self._base_seed = torch.empty((), dtype=torch.int64).random_(
             generator=loader.generator).item()
-        self._mmnpz_ring = _Ring(self._num_workers, self._prefetch + 2, batches._slot_bytes())
+        # Batches claimed and not yet taken: at most prefetch_factor per worker, as torch has
+        # them, but any worker may hold all of them.
+        self._rows = self._num_workers * self._prefetch
+        self._mmnpz_ring = _Ring(self._num_workers, 2 * self._prefetch + 2,
+                                 batches._slot_bytes())
+        self._releases_of = {}  # (worker, slot) lent: the weak reference that gives it back
         self._workers = []
         self._next = self._end = 0
         self._start_workers()
         self._reset(loader, first_iter=True)
 
     def _start_workers(self):
-        context, workers, prefetch = self._context, self._num_workers, self._prefetch
-        self._control = _shared_empty((4,), torch.int64).zero_()
-        self._mailbox = _shared_empty((workers, prefetch), torch.int64).zero_()
+        context, workers, rows = self._context, self._num_workers, self._rows
+        self._control = _shared_empty((6,), torch.int64).zero_()
+        self._state = _shared_empty((workers,), torch.int64).zero_()
+        self._mailbox = _shared_empty((rows, 2), torch.int64).zero_()
         self._control_np, self._mailbox_np = self._control.numpy(), self._mailbox.numpy()
+        self._state_np = self._state.numpy()
+        self._check_at = time.monotonic() + _POLL
+        self._claim = context.Semaphore(1)
         self._start = [context.Semaphore(0) for _ in range(workers)]
-        self._credit = [context.Semaphore(prefetch) for _ in range(workers)]
-        self._ready = [context.Semaphore(0) for _ in range(workers)]
+        self._credit = context.Semaphore(rows)
+        self._ready = [context.Semaphore(0) for _ in range(rows)]
         self._queues = [context.Queue() for _ in range(workers)]
         try:
             for w in range(workers):
                 process = context.Process(
                     target=_worker_loop, daemon=True,
-                    args=(self._batches, self._mmnpz_ring, self._control, self._mailbox,
-                          self._start[w], self._credit[w], self._ready[w], self._queues[w], w,
-                          workers, self._base_seed, self._init_fn))
+                    args=(self._batches, self._mmnpz_ring, self._control, self._state,
+                          self._claim, self._mailbox, self._start[w], self._credit,
+                          self._ready, self._queues[w], w, workers, self._base_seed,
+                          self._init_fn))
                 process.start()
                 self._workers.append(process)
         except BaseException:
@@ -789,7 +896,7 @@ class _Workers:
         if not self._workers:
             return
         self._control_np[_STOP] = 1
-        for semaphore in self._start + self._credit:
+        for semaphore in self._start + [self._credit] * len(self._workers) + [self._claim]:
             semaphore.release()
         deadline = time.monotonic() + (_POLL if grace is None else grace)
         for process in self._workers:
@@ -812,13 +919,12 @@ class _Workers:
         epoch, first = self._batches._begin_pass()
         self._epoch, self._first, self._next, self._end = epoch, first, first, len(self._batches)
         self._keys._first = first
-        self._control_np[[_EPOCH, _FIRST, _END]] = epoch, first, self._end
-        # Only workers with a batch in the pass are started: the pass ends when they all gave
-        # theirs, so each has read the control before the next pass writes it. A worker with
-        # none (a pass resumed near its end) that took its start late would read the next
-        # pass's control and run that pass twice.
-        for w in range(min(self._num_workers, max(0, self._end - first))):
-            self._start[w].release()
+        # Under the claim lock: a worker finding the last pass over may be reading the control.
+        self._wait(lambda timeout: self._claim.acquire(timeout=timeout))
+        self._control_np[:_STOP] = epoch, first, self._end, first
+        self._claim.release()
+        for semaphore in self._start:  # a worker that claimed this pass's batches already
+            semaphore.release()         # finds none left when it takes its start
 
     def __iter__(self):
         return self
@@ -827,19 +933,16 @@ class _Workers:
         """Batches of the pass under way."""
         return self._end - self._first
 
-    def _wait(self, w, take):
-        """take(timeout) until it returns True (the worker's batch is ready, or its queue
-        item here), checking meanwhile that worker w lives and the loader's timeout."""
+    def _wait(self, take):
+        """take(timeout) until it returns True (a batch is ready, its queue item here, or the
+        claim lock taken), checking meanwhile that every worker lives, and the loader's
+        timeout."""
         deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
         while True:
             wait = _POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))
             if take(wait):
                 return
-            process = self._workers[w]
-            if not process.is_alive():
-                self._stop_workers()
-                raise RuntimeError(f"DataLoader worker (pid {process.pid}) exited unexpectedly "
-                                   f"with exit code {process.exitcode}")
+            self._check_workers()
             if deadline is not None and time.monotonic() >= deadline:
                 self._stop_workers(grace=0.0)  # the late workers are not waited for again
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
@@ -851,31 +954,65 @@ class _Workers:
         except queue_module.Empty:
             return False
 
+    def _check_workers(self):
+        """Raises a worker's worker_init_fn error, or a RuntimeError for a worker gone."""
+        if self._control_np[_BROKEN]:
+            w = int(self._control_np[_BROKEN]) - 1
+            try:  # put before the flag was set, so in the queue or on its way
+                error = self._queues[w].get(timeout=_POLL)
+            except queue_module.Empty:
+                error = None
+            self._stop_workers()
+            if error is None:
+                raise RuntimeError(f"the worker_init_fn of DataLoader worker {w} failed")
+            error.reraise()
+        for process in self._workers:
+            if not process.is_alive():
+                self._stop_workers()
+                raise RuntimeError(f"DataLoader worker (pid {process.pid}) exited "
+                                   f"unexpectedly with exit code {process.exitcode}")
+        self._check_at = time.monotonic() + _POLL
+
+    def _began(self, timeout):
+        """True once every worker has run its worker_init_fn (waits up to timeout)."""
+        deadline = time.monotonic() + timeout
+        while (self._state_np == _STARTING).any() and not self._control_np[_BROKEN]:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
     def __next__(self):
         if self._next >= self._end or not self._workers:
+            if self._workers:
+                # Workers claim batches: one that never began (or died without a batch) would
+                # go unnoticed in a pass the others finished. It is an error, as in torch.
+                self._wait(self._began)
+                self._check_workers()
             self._keys._first = None
             if not self._persistent:
                 self._stop_workers()
             raise StopIteration
+        if self._control_np[_BROKEN] or time.monotonic() >= self._check_at:
+            self._check_workers()
         b, ring = self._next, self._mmnpz_ring
-        w, k = (b - self._first) % self._num_workers, (b - self._first) // self._num_workers
-        self._wait(w, lambda timeout: self._ready[w].acquire(timeout=timeout))
-        code = int(self._mailbox_np[w, k % self._prefetch])
+        row = (b - self._first) % self._rows
+        ready = self._ready[row]
+        if not ready.acquire(False):
+            self._wait(lambda timeout: ready.acquire(timeout=timeout))
+        w, code = self._mailbox_np[row].tolist()
         if code >= 0:
             memory = ring.slot(w, code)
-            ring.lend(w, code)
-            # Every tensor of the batch holds (through its numpy array) the memoryview under
-            # `memory`: when the last is gone the slot is free for the worker's next batch.
-            weakref.finalize(memory.base, ring.give_back, w, code).atexit = False
+            self._releases_of[w, code] = ring.lend(w, code, memory)
             batch = self._batches._from_slot(memory, self._epoch, b)
         else:
             got = []
-            self._wait(w, lambda timeout: self._get(w, timeout, got))
+            self._wait(lambda timeout: self._get(w, timeout, got))
             batch = got[0]
             if isinstance(batch, ExceptionWrapper):
                 self._stop_workers()
                 batch.reraise()
-        self._credit[w].release()
+        self._credit.release()
         self._next += 1
         if self._pin_memory:
             batch = pin_memory(batch, self._pin_device)

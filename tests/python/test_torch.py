@@ -561,6 +561,24 @@ def test_a_batch_held_is_never_overwritten_and_released_slots_are_reused(shards,
     assert int(ring.flags.sum()) == 0
 
 
+def test_items_of_several_layouts_come_by_the_ring_when_a_batch_has_one(tmp_path):
+    """The consumer's layout of a slot is reckoned once per batch size when every item has
+    one; with items of several, from each batch's indices."""
+    rng = np.random.default_rng(2)
+    path = tmp_path / "mixed.npz"
+    np.savez(path, **{f"c{i}": rng.standard_normal((20, 8 if i % 2 else 4)).astype(np.float32)
+                      for i in range(8)})
+    batches = ExcerptBatches(str(path), length=LENGTH, batch_size=1, seed=1)
+    want = epoch_batches(batches, 0)
+    assert {w["data"].shape for w in want} == {(1, LENGTH, 4), (1, LENGTH, 8)}
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork"))
+    ring, count = ring_of(it), 0
+    for count, (g, w) in enumerate(zip(it, want), 1):
+        assert on_ring(g["data"], ring)
+        assert_same_batch(g, w)
+    assert count == len(want)
+
+
 def test_batches_kept_beyond_the_ring_arrive_in_new_shared_memory(shards):
     batches = many_batches(shards)
     it = iter(loader(batches, num_workers=2, multiprocessing_context="fork"))
@@ -768,40 +786,115 @@ def _hang_in_worker_1(worker_id):
         time.sleep(60)
 
 
-def test_a_worker_init_fn_error_is_raised_in_the_main_process(shards):
-    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
-                     worker_init_fn=_fail_in_worker_1))
-    next(it)  # batch 0: worker 0's
+def _fail_late_in_worker_1(worker_id):
+    if worker_id == 1:
+        import time
+
+        time.sleep(0.5)  # the other worker may have gathered every batch by then
+        raise ValueError("no GPU for worker 1")
+
+
+def _wait_for_go_in_worker_1(worker_id):
+    if worker_id == 1:
+        import time
+
+        go = os.environ["MMNPZ_TEST_GO"]
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def pass_until_error(it, want):
+    """Iterates pass `it` of batches `want` until it raises; checks the batches before."""
+    got = []
+    try:
+        for batch in it:
+            got.append(batch)
+    finally:
+        for g, w in zip(got, want):
+            assert_same_batch(g, w)
+        assert len(got) <= len(want)
+
+
+@pytest.mark.parametrize("init_fn", [_fail_in_worker_1, _fail_late_in_worker_1])
+def _note_policy_in_worker(worker_id):
+    with open(os.path.join(os.environ["MMNPZ_TEST_OUT"], f"policy{worker_id}"), "w") as f:
+        f.write(str(os.sched_getscheduler(0)))
+
+
+def _batch_policy_allowed():
+    """Whether this system lets a process switch itself to SCHED_BATCH (in a child)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_run_as_batch_jobs_so_waking_they_do_not_preempt_the_consumer(
+        shards, tmp_path, monkeypatch, context):
+    monkeypatch.setenv("MMNPZ_TEST_OUT", str(tmp_path))
+    list(loader(many_batches(shards), num_workers=2, multiprocessing_context=context,
+                worker_init_fn=_note_policy_in_worker))
+    want = os.SCHED_BATCH if _batch_policy_allowed() else os.SCHED_OTHER
+    assert [int((tmp_path / f"policy{w}").read_text()) for w in range(2)] == [want, want]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the consumer's own is left as it was
+
+
+def test_a_worker_init_fn_error_is_raised_in_the_main_process_by_the_passs_end(shards,
+                                                                               init_fn):
+    batches = many_batches(shards)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=init_fn))
     with pytest.raises(ValueError, match=r"(?s)Caught ValueError in DataLoader worker process "
                                          r"1\..*no GPU for worker 1"):
+        pass_until_error(it, epoch_batches(batches, 0))
+    assert it._iterator._workers == []
+
+
+def test_workers_claim_batches_so_a_late_worker_holds_back_none(shards, tmp_path, monkeypatch):
+    go = tmp_path / "go"
+    monkeypatch.setenv("MMNPZ_TEST_GO", str(go))
+    batches = many_batches(shards)
+    want = epoch_batches(batches, 0)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_wait_for_go_in_worker_1))
+    for w in want:  # worker 1 waits in its init_fn: worker 0 gathers every batch
+        assert_same_batch(next(it), w)
+    go.touch()
+    with pytest.raises(StopIteration):  # once worker 1 began (a worker that never does: below)
         next(it)
 
 
 def test_a_worker_that_dies_or_hangs_is_an_error_not_a_wait_forever(shards, monkeypatch):
     monkeypatch.setattr(mmnpz.torch, "_POLL", 0.2)  # checks every 0.2 s, not 5
-    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+    batches = many_batches(shards)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork",
                      worker_init_fn=_exit_in_worker_1))
-    next(it)
     with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid \d+\) exited unexpectedly "
                                            r"with exit code 3"):
-        next(it)
-    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+        pass_until_error(it, epoch_batches(batches, 0))
+    batches = many_batches(shards)  # the pass above was this one's epoch 0
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork",
                      worker_init_fn=_hang_in_worker_1, timeout=0.5))
-    next(it)
     with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0\.5 seconds"):
-        next(it)
+        pass_until_error(it, epoch_batches(batches, 0))
     assert it._iterator._workers == []  # stopped (the hung one terminated)
 
 
 def test_a_timeout_is_raised_when_it_is_up_not_after_waiting_for_each_worker(shards):
     """The workers are stopped without the 5 s grace each, which the timeout's error used to
     wait out worker after worker (12 s for a 2 s timeout with 2 workers)."""
-    it = iter(loader(many_batches(shards), num_workers=2, multiprocessing_context="fork",
+    batches = many_batches(shards)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork",
                      worker_init_fn=_hang_in_worker_1, timeout=0.5))
-    next(it)
     began = time.monotonic()
     with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0\.5 seconds"):
-        next(it)
+        pass_until_error(it, epoch_batches(batches, 0))
     assert time.monotonic() - began < 0.5 + mmnpz.torch._POLL - 1
     assert it._iterator._workers == []
 
