@@ -533,6 +533,34 @@ def many_batches(shards, **options):
                           fields={"labels": (None, "*_labels", 0.25)}, **options)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # more workers than cores
+@pytest.mark.parametrize("workers, prefetch", [(3, 1), (4, 3)])
+def test_any_number_of_workers_claiming_give_the_stream_of_one_process(shards, workers,
+                                                                       prefetch):
+    """Mailbox rows wrap around (3 and 12 of them, over 32 batches) in two passes of
+    persistent workers, the second left after 5 batches and resumed from its state."""
+    batches = many_batches(shards)
+    want = [epoch_batches(batches, e) for e in range(2)]
+    persistent = loader(batches, num_workers=workers, prefetch_factor=prefetch,
+                        multiprocessing_context="fork", persistent_workers=True)
+    got = list(persistent)
+    assert len(got) == len(want[0])
+    for g, w in zip(got, want[0]):
+        assert_same_batch(g, w)
+    it = iter(persistent)
+    for b in range(5):
+        assert_same_batch(next(it), want[1][b])
+    state = persistent.state_dict()
+    del it
+    resumed = loader(many_batches(shards), num_workers=workers, prefetch_factor=prefetch,
+                     multiprocessing_context="fork")
+    resumed.load_state_dict(state)
+    got = list(resumed)
+    assert len(got) == len(want[1]) - 5
+    for g, w in zip(got, want[1][5:]):
+        assert_same_batch(g, w)
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_a_batch_held_is_never_overwritten_and_released_slots_are_reused(shards, context):
     batches = many_batches(shards)
