@@ -455,7 +455,7 @@ def child_share(p):
 
 
 def child_torch(p):
-    """mmnpz.torch.loader(num_workers=2) from construction to the last batch."""
+    """mmnpz.torch.loader(num_workers=--workers) from construction to the last batch."""
     import torch  # imported before the clock starts, as a training script has
 
     import mmnpz.torch
@@ -922,8 +922,9 @@ def summarize(raw, cases, notes):
 
         first = dict(first_batch_ms={"torch": first_ms("torch"), "Loader": first_ms("loader")})
         count = r[0]["loader"]["excerpts"] // BATCH
+        workers = r[0]["torch"].get("workers", 2)  # as the run had it (--workers)
         rows.append(row(("torch", "Loader"),
-                        f"mmnpz.torch.loader(num_workers=2), batch.sum(), {count} batches "
+                        f"mmnpz.torch.loader(num_workers={workers}), batch.sum(), {count} batches "
                         f"from construction to the last (first batch after "
                         f"{first['first_batch_ms']['torch']:.0f} ms)", "excerpts/s",
                         f"mmnpz.Loader, same batches, batch.sum() (first batch after "
@@ -931,8 +932,8 @@ def summarize(raw, cases, notes):
                         [whole(x["torch"]) for x in r], [whole(x["loader"]) for x in r],
                         (">=", 0.8), **first))
         rows.append(row(("torch", "Loader"),
-                        "mmnpz.torch.loader(num_workers=2) after the first batch (steady "
-                        "state)", "excerpts/s", "mmnpz.Loader after its first batch",
+                        f"mmnpz.torch.loader(num_workers={workers}) after the first batch "
+                        "(steady state)", "excerpts/s", "mmnpz.Loader after its first batch",
                         [steady(x["torch"]) for x in r], [steady(x["loader"]) for x in r],
                         (">=", 0.8), **first))
         notes.append(f"torch/Loader: the same {count} batches (indices and starts compared), "

@@ -632,8 +632,9 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     segment, as a DataLoader does by default. A worker's exception is raised in the main
     process with its traceback, a ``worker_init_fn``'s by the end of the pass (a worker whose
     init failed claims no batch); a worker that dies, or ``timeout`` seconds without a batch
-    (or, at the end of the pass, without every worker begun), is a RuntimeError. Persistent workers wait for the next pass; a pass left before its end
-    stops them, and the next pass starts new ones.
+    (or, at the end of the pass, without every worker begun), is a RuntimeError. Persistent
+    workers wait for the next pass; a pass left before its end stops them, and the next pass
+    starts new ones.
     """
 
     def __init__(self, dataset, **options):
