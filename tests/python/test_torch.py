@@ -844,7 +844,6 @@ def pass_until_error(it, want):
         assert len(got) <= len(want)
 
 
-@pytest.mark.parametrize("init_fn", [_fail_in_worker_1, _fail_late_in_worker_1])
 def _note_policy_in_worker(worker_id):
     with open(os.path.join(os.environ["MMNPZ_TEST_OUT"], f"policy{worker_id}"), "w") as f:
         f.write(str(os.sched_getscheduler(0)))
@@ -873,6 +872,7 @@ def test_workers_run_as_batch_jobs_so_waking_they_do_not_preempt_the_consumer(
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the consumer's own is left as it was
 
 
+@pytest.mark.parametrize("init_fn", [_fail_in_worker_1, _fail_late_in_worker_1])
 def test_a_worker_init_fn_error_is_raised_in_the_main_process_by_the_passs_end(shards,
                                                                                init_fn):
     batches = many_batches(shards)
