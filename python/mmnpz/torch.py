@@ -14,8 +14,7 @@ without another copy. Under :func:`loader` the workers are mmnpz's own (torch's 
 queues cost about as much as the gather itself): each claims the pass's next batch whenever
 it is free and gathers it into a ring of buffers made once per worker, only semaphores pass
 between the processes, and a slot is reused once the main process has let go of every tensor
-of its batch. This module imports
-torch; ``import mmnpz`` does not.
+of its batch. This module imports torch; ``import mmnpz`` does not.
 """
 
 import collections.abc
@@ -165,14 +164,25 @@ class _Ring:
                              np.uint8)
 
 
-def _field_views(memory, layouts):
-    """Arrays of (dtype, shape) laid one after another in ``memory`` (uint8), each aligned."""
-    views, offset = [], 0
+def _field_places(layouts):
+    """(start, end, dtype, shape) of arrays of (dtype, shape) laid one after another, each
+    aligned."""
+    places, offset = [], 0
     for dtype, shape in layouts:
         nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        views.append(memory[offset:offset + nbytes].view(dtype).reshape(shape))
+        places.append((offset, offset + nbytes, dtype, shape))
         offset = _aligned(offset + nbytes, _ALIGN)
-    return views
+    return places
+
+
+def _views_at(memory, places):
+    """The arrays at ``places`` (from _field_places) in ``memory`` (uint8)."""
+    return [memory[start:end].view(dtype).reshape(shape) for start, end, dtype, shape in places]
+
+
+def _field_views(memory, layouts):
+    """Arrays of (dtype, shape) laid one after another in ``memory`` (uint8), each aligned."""
+    return _views_at(memory, _field_places(layouts))
 
 
 def _batch_dict(data, valid, indices, starts, epoch, b, names):
@@ -469,16 +479,18 @@ class ExcerptBatches(torch.utils.data.Dataset):
     def _slot_bytes(self):
         """Bytes of a ring slot, in whole pages: the largest batch, then its int64 valid rows
         of each field, indices and starts (_slot_meta)."""
-        meta = (len(self._rates()) + 2) * self.batch_size * 8
-        return _aligned(max(self._data_bytes() + meta, 1), mmap.PAGESIZE)
+        return _aligned(max(self._meta_bytes()[1], 1), mmap.PAGESIZE)
+
+    def _meta_bytes(self):
+        """Where a slot's meta rows lie (_slot_meta): [start, end) after its data."""
+        at = self._data_bytes()
+        return at, at + (len(self._rates()) + 2) * self.batch_size * 8
 
     def _slot_meta(self, memory):
         """The int64 (fields + 2, batch_size) rows of a slot after its data: valid rows of
         each field, then indices, then starts."""
-        at = self._data_bytes()
-        rows = len(self._rates()) + 2
-        return memory[at:at + rows * self.batch_size * 8].view(np.int64).reshape(
-            rows, self.batch_size)
+        at, end = self._meta_bytes()
+        return memory[at:end].view(np.int64).reshape(-1, self.batch_size)
 
     def _sample(self, epoch, b):
         """(indices, starts) of batch b of epoch."""
@@ -533,41 +545,28 @@ class ExcerptBatches(torch.utils.data.Dataset):
         meta[-2, :count], meta[-1, :count] = indices, starts
 
     def _slot_plan(self, count):
-        """Where the fields of a batch of ``count`` excerpts lie in a slot, when their layouts
-        depend on the count alone (no field of several layouts): ([(start, end, dtype,
-        shape)], the meta rows' start and end), else None. Reckoned once per count: the
-        consumer asks for every batch, its caches cold from the batch before, where each numpy
-        call costs several times what it does warm (the old per-batch path 70 us, this 39)."""
-        plan = self._plans.get(count)
-        if plan is None and count not in self._plans:
+        """Where the fields of a batch of ``count`` excerpts lie in a slot (_field_places, or
+        None when a field has several layouts, which the batch's indices choose from).
+        Reckoned once per count: the consumer asks for every batch, its caches cold from the
+        batch before, where each numpy call costs several times what it does warm (the old
+        per-batch path 60-70 us, this 25-39, in two series)."""
+        if count not in self._plans:
             self._open()
-            if any(isinstance(layout[1], np.ndarray) for layout in self._layouts):
-                self._plans[count] = None
-                return None
-            layouts = self._layouts_of(np.zeros(count, np.int64))
-            fields, offset = [], 0
-            for dtype, shape in layouts:
-                nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-                fields.append((offset, offset + nbytes, dtype, shape))
-                offset = _aligned(offset + nbytes, _ALIGN)
-            at = self._data_bytes()
-            plan = self._plans[count] = (fields, at, at + (len(fields) + 2) * self.batch_size * 8)
-        return plan
+            several = any(isinstance(layout[1], np.ndarray) for layout in self._layouts)
+            places = None if several else _field_places(self._layouts_of(np.zeros(count,
+                                                                                  np.int64)))
+            self._plans[count] = places
+        return self._plans[count]
 
     def _from_slot(self, memory, epoch, b):
         """The batch dict of batch b of epoch, gathered into ``memory`` by _gather_into: the
         data tensors rest on it, the small per-excerpt arrays are copied out (in one array,
         a row each)."""
         count = min(self.batch_size, self._per_rank - b * self.batch_size)
-        plan = self._slot_plan(count)
-        if plan is None:
-            meta = self._slot_meta(memory)[:, :count].copy()
-            views = _field_views(memory, self._layouts_of(meta[-2]))
-        else:
-            fields, at, end = plan
-            meta = memory[at:end].view(np.int64).reshape(-1, self.batch_size)[:, :count].copy()
-            views = [memory[start:stop].view(dtype).reshape(shape)
-                     for start, stop, dtype, shape in fields]
+        meta = self._slot_meta(memory)[:, :count].copy()
+        places = self._slot_plan(count)
+        views = (_field_views(memory, self._layouts_of(meta[-2])) if places is None
+                 else _views_at(memory, places))
         data = [torch.from_numpy(a) for a in views]
         return _batch_dict(data, meta[:-2], meta[-2], meta[-1], epoch, b, self._names())
 
