@@ -12,6 +12,7 @@
 #include "detail/byte_reader.hpp"
 #include "detail/errors.hpp"
 #include "detail/huge_pages.hpp"
+#include "detail/prefault.hpp"
 #include "zip/format.hpp"
 #include "zip/records.hpp"
 
@@ -308,22 +309,29 @@ void check_no_overlap(directory& d, bool ascending, const std::string& path) {
   d.by_offset = std::move(order);
 }
 
-// A copy of `name` that lives as long as `d` (in blocks that never move). The first block
-// holds `expected` bytes, what all the directory's names may take (capped: pages of it left
-// untouched cost nothing), in huge pages where it can, later ones 64 KiB.
+constexpr std::size_t name_block = std::size_t{1} << 16;  // any name: at most 65,535 bytes
+
+// Starts a block of `size` bytes for the names of `d` (blocks never move), in huge pages where
+// it can.
+void add_name_block(directory& d, std::size_t size) {
+  d.name_blocks.emplace_back(new char[size]);
+  detail::advise_huge_pages(d.name_blocks.back().get(), size);
+  d.name_block_size = size;
+  d.name_block_used = 0;
+}
+
+// The first name block's size when the directory's names may take `expected` bytes: all of
+// them, capped.
+std::size_t first_name_block(std::uint64_t expected) {
+  constexpr std::uint64_t cap = std::uint64_t{1} << 26;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(expected, name_block, cap));
+}
+
+// A copy of `name` that lives as long as `d`. The first block holds `expected` bytes, what
+// all the directory's names may take (see first_name_block), later ones 64 KiB.
 std::string_view keep_name(directory& d, std::string_view name, std::uint64_t expected) {
-  constexpr std::size_t block = std::size_t{1} << 16;  // holds any name (at most 65,535 bytes)
-  constexpr std::uint64_t first_block_cap = std::uint64_t{1} << 26;
-  if (d.name_blocks.empty() || d.name_block_size - d.name_block_used < name.size()) {
-    const std::size_t size =
-        d.name_blocks.empty()
-            ? static_cast<std::size_t>(std::clamp<std::uint64_t>(expected, block, first_block_cap))
-            : block;
-    d.name_blocks.emplace_back(new char[size]);
-    detail::advise_huge_pages(d.name_blocks.back().get(), size);
-    d.name_block_size = size;
-    d.name_block_used = 0;
-  }
+  if (d.name_blocks.empty()) add_name_block(d, first_name_block(expected));
+  if (d.name_block_size - d.name_block_used < name.size()) add_name_block(d, name_block);
   char* out = d.name_blocks.back().get() + d.name_block_used;
   std::memcpy(out, name.data(), name.size());
   d.name_block_used += name.size();
@@ -386,6 +394,16 @@ directory read_from(const window& w, const end_record& classic, const std::strin
   detail::reserve_huge(d.members, static_cast<std::size_t>(entries));
   // What the names, extra fields and comments of the entries take, at most.
   const std::uint64_t names_bound = d.cd_size - entries * central_header_size;
+  // A directory read in pieces has its names copied: their first block is made now, so that
+  // it is faulted in beside the entries. Both are written from their start as the entries
+  // are parsed (the block less what extra fields and comments take), and the parse keeps
+  // one core busy: their fresh pages are faulted in on another. `ahead` is destroyed before
+  // d: its thread is done with that memory by any return or throw.
+  const bool in_pieces = d.cd_offset < w.offset && w.read;
+  if (in_pieces && names_bound != 0) add_name_block(d, first_name_block(names_bound));
+  const detail::prefault_ahead ahead(
+      {{d.members.data(), d.members.capacity() * sizeof(member_info)},
+       {d.name_blocks.empty() ? nullptr : d.name_blocks.back().get(), d.name_block_size}});
   bool ascending = true;
   std::string converted;
   const auto add = [&](const central_entry& c) {
@@ -395,7 +413,7 @@ directory read_from(const window& w, const end_record& classic, const std::strin
     }
     d.members.push_back(m);
   };
-  if (d.cd_offset >= w.offset || !w.read) {
+  if (!in_pieces) {
     byte_reader r(w.bytes(d.cd_offset, d.cd_size), d.cd_size, d.cd_offset, ctx,
                   errc::corrupt_zip);
     while (!r.empty()) add(parse_central_entry(r, d.members.size(), converted));
