@@ -512,7 +512,12 @@ rebuilt rebuild_directory(scan_source& src, const std::string& path,
       ++count;
     }
     const std::uint64_t cd_size = r.directory.size();
-    zip::emit_end_records(r.directory, count, cd_size, r.kept, scan.comment());
+    // The kept bytes the directory follows: with no member kept, leading bytes, whose end
+    // may look like a zip64 locator.
+    const std::uint64_t n = std::min<std::uint64_t>(r.kept, zip::end64_locator_size);
+    const std::byte* before = src.bytes(r.kept - n, n);
+    zip::emit_end_records(r.directory, count, cd_size, r.kept, scan.comment(),
+                          {reinterpret_cast<const char*>(before), static_cast<std::size_t>(n)});
     return r;
   } catch (const file_cut& cut) {
     throw cut.e;

@@ -409,10 +409,31 @@ end64_locator parse_end64_locator(byte_reader& r) {
   return l;
 }
 
+namespace {
+
+// Whether the end64_locator_size bytes that end `before` + `out` begin with a zip64 locator's
+// signature: where a reader looks for the locator of a classic end record appended to `out`.
+bool ends_in_locator_signature(const byte_sink& out, std::string_view before) {
+  constexpr std::size_t n = end64_locator_size;
+  std::string last;
+  if (out.size() >= n) {
+    last.assign(out, out.size() - n, n);
+  } else {
+    const std::size_t need = n - out.size();
+    if (before.size() < need) return false;  // the file holds no locator's worth before it
+    last.assign(before.substr(before.size() - need));
+    last += out;
+  }
+  return signature_at(reinterpret_cast<const std::byte*>(last.data())) == end64_locator_sig;
+}
+
+}  // namespace
+
 void emit_end_records(byte_sink& out, std::uint64_t count, std::uint64_t cd_size,
-                      std::uint64_t cd_offset, std::string_view comment) {
-  const bool zip64 =
-      count >= u16_saturated || cd_size >= zip64_limit || cd_offset >= zip64_limit;
+                      std::uint64_t cd_offset, std::string_view comment,
+                      std::string_view before) {
+  const bool zip64 = count >= u16_saturated || cd_size >= zip64_limit ||
+                     cd_offset >= zip64_limit || ends_in_locator_signature(out, before);
   if (zip64) {
     const std::uint64_t end64_offset = cd_offset + cd_size;
     put32(out, end64_sig);

@@ -257,8 +257,16 @@ end64_locator parse_end64_locator(byte_reader& r);
 /// Appends the end records of a directory of `count` entries, `cd_size` bytes at
 /// archive-relative `cd_offset`: a zip64 end record and locator when a value needs them,
 /// then the classic end record with `comment`.
+///
+/// `before` is what the file holds right before `out`'s bytes (its last 20 bytes suffice;
+/// none are needed when `out` holds 20 or more). Readers take a zip64 locator's signature in
+/// the 20 bytes before the classic end record for the archive's locator (numpy's zipfile and
+/// mmnpz alike), so where those bytes would begin with one (leading bytes kept before an empty
+/// directory, say, or a name that ends so), the zip64 records are written too and the locator
+/// there is this one.
 void emit_end_records(byte_sink& out, std::uint64_t count, std::uint64_t cd_size,
-                      std::uint64_t cd_offset, std::string_view comment = {});
+                      std::uint64_t cd_offset, std::string_view comment = {},
+                      std::string_view before = {});
 
 // ---- data descriptor ----------------------------------------------------------------------
 

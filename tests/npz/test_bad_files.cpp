@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mmnpz/mmnpz.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -985,10 +986,13 @@ TEST_SUITE("bad files") {
     }
   }
 
-  TEST_CASE("a locator's signature before an end record that needs no zip64 one is a name's bytes") {
-    // The last directory entry ends with its name: one that ends as a zip64 end locator (on
-    // disk 0x01010101 of ".npy" disks) still opens, and so does what recover() makes of data
-    // that ends so before an empty directory.
+  TEST_CASE("a name that ends as a zip64 locator: the writer adds zip64 end records of its own, "
+            "and a reader takes such bytes before an end record that needs none for the name's") {
+    // The last directory entry ends with its name: here one that ends as a zip64 end locator
+    // (on disk 0x01010101 of ".npy" disks). numpy's zipfile takes any locator signature in the
+    // 20 bytes before the end record for the archive's, and refuses this one (multi-disk), so
+    // the writer puts its own locator there. Archives other tools wrote that way still open,
+    // and so does what recover() makes of data that ends so before an empty directory.
     const std::string path = scratch_dir() + "/locator_name.npz";
     const std::string name = "xPK\x06\x07" + std::string(12, '\x01');  // then ".npy"
     {
@@ -998,12 +1002,42 @@ TEST_SUITE("bad files") {
       w.write(name, v, {2});
     }
     const std::string bytes = read_file(path);
-    REQUIRE(bytes.compare(bytes.size() - 22 - 20, 4, "PK\x06\x07") == 0);
+    const std::size_t end = bytes.size() - 22, end64 = end - 20 - 56;
+    REQUIRE(bytes.compare(end - 20, 4, "PK\x06\x07") == 0);
+    REQUIRE(bytes.compare(end64, 4, "PK\x06\x06") == 0);
     const mmnpz::reader r(path);
     CHECK(r.names() == std::vector<std::string>{"a", name});
-    CHECK_FALSE(r.is_zip64());
+    CHECK(r.is_zip64());
     CHECK(r.array(name).data_as<std::int32_t>()[1] == 2);
     CHECK(r.verify().ok());
+    CHECK(test::python("import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); "
+                       "print(len(z.namelist()), z.testzip())",
+                       path) == "2 None\n");
+
+    // The same directory with only a classic end record after it, as another writer would
+    // leave it: the name's bytes right before the end record.
+    const auto le64 = [&](std::size_t at) {
+      std::uint64_t v = 0;
+      for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[at + i]);
+      return v;
+    };
+    const std::uint64_t cd_size = le64(end64 + 40), cd_offset = le64(end64 + 48);
+    REQUIRE(cd_offset + cd_size == end64);
+    std::string classic = bytes.substr(0, end64);
+    put32(classic, 0x06054b50);
+    put32(classic, 0);
+    put16(classic, 2);
+    put16(classic, 2);
+    put32(classic, cd_size);
+    put32(classic, cd_offset);
+    put16(classic, 0);
+    REQUIRE(classic.compare(classic.size() - 22 - 20, 4, "PK\x06\x07") == 0);
+    write_file(path, classic);
+    const mmnpz::reader other(path);
+    CHECK(other.names() == std::vector<std::string>{"a", name});
+    CHECK_FALSE(other.is_zip64());
+    CHECK(other.array(name).data_as<std::int32_t>()[1] == 2);
+    CHECK(other.verify().ok());
 
     const std::string dead = scratch_dir() + "/locator_before_empty_directory.npz";
     write_file(dead, "leading bytes that end as a locator: PK\x06\x07" + std::string(16, '\x02') +

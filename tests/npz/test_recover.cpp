@@ -15,6 +15,8 @@
 
 #include "mmnpz/mmnpz.hpp"
 #include "zip/crc32.hpp"
+#include "zip/format.hpp"
+#include "zip/records.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -555,6 +557,47 @@ TEST_SUITE("recover") {
       CHECK(r.verify().ok());
       CHECK(r.array(raw ? "second_raw" : "second").data_as<double>()[2] == 9.0);
     }
+  }
+
+  TEST_CASE("recovering no member after leading bytes that end in zip64 end records leaves an "
+            "empty archive, not the one those records describe") {
+    // Leading bytes (no local header among them) ending in a central entry, a zip64 end
+    // record listing it and a locator; then a member whose write was cut short. recover keeps
+    // the leading bytes and no member: the end record it writes must not take their locator.
+    std::string lead = "#!/bin/sh\nexit 0\n";
+    const std::uint64_t cd_at = lead.size();
+    mmnpz::zip::central_entry e;
+    e.name = "a.npy";
+    mmnpz::zip::emit_central_entry(lead, e);
+    const std::uint64_t cd_size = lead.size() - cd_at, end64_at = lead.size();
+    using mmnpz::zip::put16, mmnpz::zip::put32, mmnpz::zip::put64;
+    put32(lead, mmnpz::zip::end64_sig);
+    put64(lead, 44);
+    put16(lead, 45);
+    put16(lead, 45);
+    put32(lead, 0);
+    put32(lead, 0);
+    put64(lead, 1);
+    put64(lead, 1);
+    put64(lead, cd_size);
+    put64(lead, cd_at);
+    put32(lead, mmnpz::zip::end64_locator_sig);
+    put32(lead, 0);
+    put64(lead, end64_at);
+    put32(lead, 1);
+    const std::string cut = "PK\x03\x04\x14\x00\x00\x00\x00\x00";  // a header cut short
+    const std::string path = test::scratch("lead_like_zip64.npz");
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << lead << cut;
+    const mmnpz::recover_result result = mmnpz::recover(path);
+    CHECK(result.members_recovered == 0);
+    CHECK(result.names.empty());
+    CHECK(result.bytes_kept == test::read_file(path).size());
+    CHECK(test::read_file(path).compare(0, lead.size(), lead) == 0);
+    const mmnpz::reader r(path);
+    CHECK(r.size() == 0);
+    CHECK(test::python("import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); "
+                       "print(len(z.namelist()), z.testzip())",
+                       path) == "0 None\n");
   }
 
   TEST_CASE("refuses a file with no member to recover") {

@@ -228,6 +228,37 @@ TEST_SUITE("zip records") {
     }
   }
 
+  TEST_CASE("an end record after bytes that end like a zip64 locator brings its own locator") {
+    // Readers take a locator's signature in the 20 bytes before the classic end record for the
+    // archive's locator: leading bytes kept before an empty directory may hold one.
+    std::string lookalike;
+    zip::put32(lookalike, zip::end64_locator_sig);
+    lookalike += std::string(16, '\0');
+    for (const std::size_t directory : {std::size_t{0}, std::size_t{12}}) {
+      CAPTURE(directory);
+      // `directory` bytes of the directory in `out` already; `before` the file's bytes ahead.
+      std::string out(directory, 'd');
+      const std::string before = "stub" + lookalike.substr(0, 20 - directory);
+      zip::emit_end_records(out, 0, directory, 4096, "", before);
+      REQUIRE(out.size() == directory + 56 + 20 + 22);
+      const std::string rec64 = out.substr(directory, 56);
+      auto r64 = cursor(rec64);
+      const zip::end_record z = zip::parse_end64_record(r64);
+      CHECK(z.entries == 0);
+      CHECK(z.cd_size == directory);
+      CHECK(z.cd_offset == 4096);
+      const std::string loc = out.substr(directory + 56, 20);
+      auto rl = cursor(loc);
+      CHECK(zip::parse_end64_locator(rl).end64_offset == 4096 + directory);
+    }
+    // Without a lookalike there, or with too few bytes before to hold one, no zip64 records.
+    for (const std::string& before : {std::string(20, 'x'), lookalike.substr(0, 19)}) {
+      std::string out;
+      zip::emit_end_records(out, 0, 0, 4096, "", before);
+      CHECK(out.size() == 22);
+    }
+  }
+
   TEST_CASE("an end record whose comment runs past the bytes keeps what is there") {
     std::string b;
     zip::emit_end_records(b, 0, 0, 0, "comment");
