@@ -4,8 +4,8 @@
 // large archive as they are parsed, half of its name table), faulted in on a thread of its
 // own. A fresh page costs the kernel its zeroing, and on a VM whose host takes freed guest
 // memory back (a balloon's free page reporting) the host's backing of it too: on the
-// development VM of 2026-12-02, opening 1,000,000 members took 70-75 ms in most processes and
-// 110-260 ms in some, the difference in zeroing fresh huge pages (perf: clear_page_erms, 49%
+// development VM of 2026-12-02, opening 1,000,000 members took 73-90 ms in most processes and
+// 108-257 ms in some, the difference in zeroing fresh huge pages (perf: clear_page_erms, 49%
 // of a slow open). Opening keeps one core busy; this puts those faults on another.
 
 #include <array>
@@ -23,8 +23,10 @@ namespace mmnpz::detail {
 /// without writing, so contents never change and the caller may write the ranges meanwhile.
 /// Ranges under min_bytes are left to the caller's own faults (a thread costs more than it
 /// saves there), and so is everything where the kernel refuses the advice (before Linux 5.14)
-/// or no thread can be made: this only moves work the caller's writes would do, never adds
-/// any, so give it only memory the caller will write whole (or nearly).
+/// or no thread can be made. It moves work the caller's writes would do, so give it only
+/// memory the caller will write whole (or nearly). It may run ahead of the caller: a caller
+/// that stops early (a parse that throws) may find pages faulted in that it never wrote, as
+/// many as the thread reached before the destructor stopped it, at most the ranges.
 ///
 /// The destructor stops after the step in progress (at most one huge page) and joins:
 /// destroy this before the memory is freed or given to anything else.

@@ -706,6 +706,37 @@ bool is_mapped(const std::string& path) {
 }  // namespace
 
 TEST_SUITE("reader: reads") {
+  TEST_CASE("opening members enough for each directory table to be faulted in on a second "
+            "thread finds every name and reads the last member") {
+    // prefault_ahead takes ranges of 8 MiB and more: here the entries (48 bytes each, 26 MB),
+    // the copied names (read in pieces: the directory lies before the first read's 16 KiB)
+    // and the name table's second half (2^21 slots of 8 bytes: 8 MiB) all reach that.
+    constexpr std::size_t n = 540'000;
+    const auto name_of = [](std::size_t k) {
+      return "spectrogram_" + std::to_string(1'000'000 + k) + "_of_dataset";
+    };
+    static_assert(n * 48 >= (std::size_t{8} << 20) && n * 2 > (std::size_t{1} << 20));
+    REQUIRE(n * (name_of(0).size() + 4) >= (std::size_t{8} << 20));
+    const std::string path = test::scratch("prefaulted_tables.npz");
+    {
+      mmnpz::writer w(path);
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::uint8_t v = static_cast<std::uint8_t>(k);
+        w.write(name_of(k), &v, {1});
+      }
+    }
+    const mmnpz::reader r(path);
+    REQUIRE(r.size() == n);
+    std::size_t first_wrong = n;  // the first member not found as written, n when none
+    for (std::size_t k = 0; k < n && first_wrong == n; ++k) {
+      const auto found = r.find(name_of(k));
+      if (!found || *found != k || r.member(k).name != name_of(k) + ".npy") first_wrong = k;
+    }
+    CHECK(first_wrong == n);
+    CHECK_FALSE(r.find(name_of(n)));
+    CHECK(r.array(n - 1).data_as<std::uint8_t>()[0] == static_cast<std::uint8_t>(n - 1));
+  }
+
   TEST_CASE("opening many members writes the directory's tables in huge pages where the kernel "
             "has them, and finds every name") {
     // Each fresh 4 KiB page costs a fault (10-16 µs on some virtual machines): the entries
