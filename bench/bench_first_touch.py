@@ -157,6 +157,17 @@ def resident(paths):
     return pages, total
 
 
+def process_memory():
+    """{'RssAnon', 'RssFile'} of this process in KiB (/proc/self/status)."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile"):
+                out[key] = int(value.split()[0])
+    return out
+
+
 def evict(paths):
     """Drops the files' clean pages from the page cache (pages mapped by a process stay)."""
     for p in paths:
@@ -340,17 +351,20 @@ def child_evicted(p):
     zapped = unmap_pages(ds.paths)
     evict(ds.paths)
     after = resident(ds.paths)
+    memory = process_memory()
     t0 = time.perf_counter()
     for indices, starts in batches:
         ds.gather(indices, starts, LENGTH, out=out, threads=p["threads"], **io_kw(p))
     seconds = time.perf_counter() - t0
+    memory = {k: v - memory[k] for k, v in process_memory().items()}  # what the gathers added
     loaded = resident(ds.paths)
     total = checksum(ds.gather(i, s, LENGTH, threads=p["threads"], **io_kw(p))
                      for i, s in batches)  # untimed: the bytes the C program must match
     return {"seconds": seconds, "excerpts": len(batches) * BATCH, "cold_open_s": open_s,
             "resident_before": before, "resident_after_fadvise_only": fadvised,
             "zapped_ranges": zapped[0], "zapped_bytes": zapped[1],
-            "resident_after": after, "resident_after_gather": loaded, "checksum": total}
+            "resident_after": after, "resident_after_gather": loaded, "checksum": total,
+            "memory_grown_kib": memory, "out_bytes": out.nbytes}
 
 
 def cpu_seconds():
@@ -908,6 +922,14 @@ def summarize(raw, cases, notes):
             f"POSIX_FADV_DONTNEED again, {span(lambda x: x['resident_after_gather'][0])} after "
             f"the gather; {span(lambda x: x['c']['resident_at_start'][0])} at the C program's "
             f"start; the gather's and the C program's checksums equal in every run")
+        if "memory_grown_kib" in r[0]:
+            notes.append(
+                f"evicted, memory: over the timed gathers ({len(r)} runs, each "
+                f"{r[0]['excerpts'] // BATCH} batches into one {r[0]['out_bytes'] / 1e6:.1f} MB "
+                f"batch array made before), the process's resident memory grew by "
+                f"{span(lambda x: x['memory_grown_kib']['RssAnon'])} KiB of anonymous memory "
+                f"and {span(lambda x: x['memory_grown_kib']['RssFile'])} KiB of mapped file "
+                f"pages (target: nothing beyond the output and a bounded staging area)")
     if "torch" in raw:
         r = raw["torch"]
 

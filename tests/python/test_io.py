@@ -170,3 +170,45 @@ def test_a_worker_process_gets_the_truncation_error_too(tmp_path, method):
     finally:
         worker.join(60)
     assert worker.exitcode == 0
+
+
+def _gather_batches(ds, io, batches, out):
+    for indices, starts in batches:
+        ds.gather(indices, starts, out.shape[1], out=out, threads=2, io=io)
+
+
+@pytest.mark.parametrize("io", ["read", "map"])
+def test_gathering_by_reads_adds_no_resident_memory_beyond_its_output(scratch_path, io):
+    # 24 MiB of data, 24 batches of 8 MiB taken at random: by reads the pieces go from the
+    # page cache straight into `out` (no staging buffer, no file page mapped into this
+    # process); through the mapping, the pages touched join this process's RssFile. The
+    # second case shows that the measure sees what the first one rules out.
+    from test_zero_copy import grown_kib, memory_kib
+
+    path = scratch_path / "rows.npz"
+    rows, members = 8192, 12
+    with mmnpz.NpzWriter(path) as writer:
+        for k in range(members):
+            writer.write(f"m{k}", np.full((rows, 64), k, np.float32))  # 2 MiB each
+    ds = mmnpz.Dataset(path, io=io)
+    rng = np.random.default_rng(3)
+    length, batch = 512, 64
+    batches = [(rng.integers(0, members, batch), rng.integers(0, rows - length + 1, batch))
+               for _ in range(24)]
+    out = np.ones((batch, length, 64), np.float32)  # its pages resident before the measure
+    # The pool's threads and first allocations, on an archive of their own: the measured
+    # gathers meet every page of rows.npz first.
+    np.savez(scratch_path / "warm.npz", w=np.zeros((length, 64), np.float32))
+    warm = mmnpz.Dataset(scratch_path / "warm.npz", io=io)
+    _gather_batches(warm, io, [(np.zeros(batch, np.int64), np.zeros(batch, np.int64))], out)
+    before = memory_kib()
+    _gather_batches(ds, io, batches, out)
+    grown = grown_kib(before)
+    indices, _ = batches[-1]
+    assert [np.unique(out[k]).tolist() for k in range(batch)] == [[float(i)] for i in indices]
+    data_kib = members * rows * 64 * 4 >> 10
+    assert grown["RssAnon"] < 1024, grown
+    if io == "read":
+        assert grown["RssFile"] < 1024, grown
+    else:
+        assert grown["RssFile"] > data_kib // 2, grown
