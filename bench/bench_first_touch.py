@@ -52,6 +52,7 @@ have it). The C program is compiled at run time (cc -O2 -pthread) into a tempora
 """
 
 import argparse
+import gc
 import glob
 import json
 import os
@@ -528,23 +529,46 @@ def child_access(p):
     picks = rng.choice(len(reader.files), size=min(FIRST_ACCESSES + 1, len(reader.files)),
                        replace=False)
     names = [reader.files[k] for k in picks]
+    # The collector's pending work on what the setup made (the `files` list of 1,000,000
+    # names, young: the next collections of generations 0 and 1 walk all of it, 1-2 ms) is
+    # done before the clock, not charged to whichever accesses happen to trigger it. The
+    # collections the accesses themselves trigger stay in, and are counted.
+    gc.collect()
+    collections = {"first": [0, 0.0], "repeat": [0, 0.0]}
+    timing = {"loop": None, "start": 0.0}
+
+    def collected(phase, info):
+        if timing["loop"] is None:
+            return
+        if phase == "start":
+            timing["start"] = time.perf_counter()
+        else:
+            collections[timing["loop"]][0] += 1
+            collections[timing["loop"]][1] += time.perf_counter() - timing["start"]
+
+    gc.callbacks.append(collected)
     t0 = time.perf_counter()
     reader[names[0]]
     very_first = time.perf_counter() - t0
     rest = names[1:] or names
+    timing["loop"] = "first"
     t0 = time.perf_counter()
     for name in rest:
         reader[name]
     first = (time.perf_counter() - t0) / len(rest)
+    timing["loop"] = "repeat"
     t0 = time.perf_counter()
     for name in rest:
         reader[name]
     repeat = (time.perf_counter() - t0) / len(rest)
+    timing["loop"] = None
+    gc.callbacks.remove(collected)
     # What numpy alone takes to make and keep a new memmap view of each member (the items
     # mmnpz hands out are such views): its shape, dtype and place taken before the clock.
     whole = reader.mmap
     places = [(x.shape, x.dtype, x.ctypes.data - whole.ctypes.data)
               for x in (reader[name] for name in rest)]
+    gc.collect()
     t0 = time.perf_counter()
     kept = [np.ndarray.__new__(np.memmap, shape, dtype, buffer=whole, offset=offset)
             for shape, dtype, offset in places]
@@ -558,7 +582,7 @@ def child_access(p):
             out.write(b"".join(struct.pack("<3Q", 0, o, HEADER_READ) for o in offsets))
     reader.close()
     return {"very_first_s": very_first, "first_s": first, "repeat_s": repeat,
-            "numpy_view_s": numpy_view, "accesses": len(rest)}
+            "numpy_view_s": numpy_view, "accesses": len(rest), "collections": collections}
 
 
 CHILDREN = {"pieces": child_pieces, "fresh": child_fresh, "evicted": child_evicted,
@@ -819,7 +843,9 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
                  "numpy": in_child("open", dict(base, **{"with": "numpy"}))})
         if "access" in cases:
             headers = os.path.join(work, "headers.pieces")
+            before = resident([base["many"]])
             got = in_child("access", dict(base, seed=base["seed"] + r, headers_out=headers))
+            got["resident_before"] = before
             # What no first access can skip on this host: one read of the member's headers
             # (C, 1 thread, the same page cache).
             got["c_pread"] = pread_pieces(binary, "pread", headers, 1, [base["many"]])
@@ -1003,6 +1029,19 @@ def summarize(raw, cases, notes):
         notes.append(f"access: mean over {r[0]['accesses']:,} random members per run; the "
                      f"very first access of a process took "
                      f"{min(x['very_first_s'] for x in r) * 1e6:.0f} us (best run)")
+        pages = [x["resident_before"] for x in r if "resident_before" in x]
+        if pages:
+            notes.append(f"access: pages of the many-member archive resident before each run's "
+                         f"process: " + ", ".join(f"{a:,} of {b:,}" for a, b in pages))
+        if "collections" in r[0]:
+            # The garbage collections that ran inside the timed loops, after a gc.collect()
+            # before the clock (the setup's young objects, its 1,000,000 names among them).
+            def gcs(loop):
+                return ", ".join(f"{n} ({seconds * 1e6:,.0f} us)"
+                                 for n, seconds in (x["collections"][loop] for x in r))
+            notes.append(f"access: garbage collections inside the timed loops, after one before "
+                         f"the clock, in each run (count, time in all): first accesses "
+                         f"{gcs('first')}; repeats {gcs('repeat')}")
         if "c_pread" in r[0]:
             # What no first access can skip on this host, each beside the repeat.
             read = min(x["c_pread"]["seconds"] / x["c_pread"]["pieces"] for x in r)
