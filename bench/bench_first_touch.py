@@ -169,6 +169,42 @@ def process_memory():
     return out
 
 
+def host_note():
+    """What of the host moves these figures: kernel, CPU, transparent huge pages, and DAMON
+    schemes that page out or reclaim memory on their own (on some hosts, idle page cache is
+    paged out after a minute, so a case must run right after its fill)."""
+    def text(path):
+        try:
+            with open(path) as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    cpu = "?"
+    for line in (text("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    thp = text("/sys/kernel/mm/transparent_hugepage/enabled") or "?"
+    thp = thp[thp.find("[") + 1:thp.find("]")] if "[" in thp else thp
+    schemes = []
+    for state in sorted(glob.glob("/sys/kernel/mm/damon/admin/kdamonds/*/state")):
+        if text(state) != "on":
+            continue
+        root = os.path.dirname(state)
+        for scheme in sorted(glob.glob(os.path.join(root, "contexts/*/schemes/[0-9]*"))):
+            action = text(os.path.join(scheme, "action"))
+            age = text(os.path.join(scheme, "access_pattern/age/min"))
+            aggr = text(os.path.join(scheme, "../../monitoring_attrs/intervals/aggr_us"))
+            idle = ""
+            if age and aggr and age.isdigit() and aggr.isdigit():
+                idle = f" of regions idle for {int(age) * int(aggr) / 1e6:g} s or more"
+            schemes.append(f"{action}{idle}")
+    damon = ("DAMON schemes on: " + ", ".join(schemes)) if schemes else "no DAMON scheme on"
+    return (f"host: Linux {os.uname().release}, {cpu}, {os.cpu_count()} CPUs; transparent "
+            f"huge pages {thp}; {damon}")
+
+
 def evict(paths):
     """Drops the files' clean pages from the page cache (pages mapped by a process stay)."""
     for p in paths:
@@ -748,7 +784,7 @@ def main():
     if os.path.exists(work):
         leaks.append(work)
 
-    notes = []
+    notes = [host_note()]
     rows = summarize(raw, cases, notes)
     elapsed = time.perf_counter() - started
     print_table(rows, command, notes, leaks, elapsed)
