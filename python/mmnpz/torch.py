@@ -114,7 +114,8 @@ class _Ring:
 
     def take(self, worker):
         """The free slot of ``worker``'s released last, now lent (worker side), or None when
-        all are lent."""
+        all are lent. Slots never released come after, the lowest first, so no more of them
+        are ever written (and backed by memory) than were lent at once."""
         _, flags, released = self._arrays()
         flags, order = flags[worker], released[worker].tolist()
         slot = None
@@ -618,7 +619,9 @@ class ExcerptLoader(torch.utils.data.DataLoader):
     With workers, the batches do not travel through torch's worker queues: each iterator
     starts its own worker processes (with the loader's ``multiprocessing_context``,
     ``worker_init_fn``, seeds and ``torch.utils.data.get_worker_info()`` as torch sets them)
-    and one ring of shared buffers, ``2 * prefetch_factor + 2`` batches per worker. Each
+    and one ring of shared buffers, ``num_workers * prefetch_factor + 3`` batches per worker
+    (a slot is backed by memory once written, and only as many are written as are lent at
+    once: with a consumer keeping one batch, none falls out of the ring). Each
     worker, whenever free, claims the pass's next batch and gathers it into its free slot
     given back last (the likeliest to be in a CPU cache), at most ``num_workers *
     prefetch_factor`` batches ahead of the consumer in all (as in torch), so a worker slowed
@@ -854,8 +857,11 @@ class _Workers:
         # Batches claimed and not yet taken: at most prefetch_factor per worker, as torch has
         # them, but any worker may hold all of them.
         self._rows = self._num_workers * self._prefetch
-        self._mmnpz_ring = _Ring(self._num_workers, 2 * self._prefetch + 2,
-                                 batches._slot_bytes())
+        # Slots per worker: all the batches in flight may be one worker's (another starting
+        # late, a spawned one), and while they are, the consumer holds the batch it was handed
+        # last, the one before (still bound while `for` takes the next) and one it keeps.
+        # A slot never needed is never written, so costs no memory (see _Ring.take).
+        self._mmnpz_ring = _Ring(self._num_workers, self._rows + 3, batches._slot_bytes())
         self._releases_of = {}  # (worker, slot) lent: the weak reference that gives it back
         self._workers = []
         self._next = self._end = 0

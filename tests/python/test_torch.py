@@ -589,6 +589,28 @@ def test_a_batch_held_is_never_overwritten_and_released_slots_are_reused(shards,
     assert int(ring.flags.sum()) == 0
 
 
+def test_one_worker_with_every_batch_in_flight_keeps_them_on_its_ring_beside_a_held_one(
+        shards):
+    """Worker 1 starts late, so worker 0 gathers all num_workers * prefetch_factor batches in
+    flight while the consumer holds a batch it keeps, the last one handed out and the one
+    before (CI saw a spawned worker 1 start late, and a batch fell out of a ring one short)."""
+    batches = many_batches(shards)
+    want = epoch_batches(batches, 0)
+    it = iter(loader(batches, num_workers=2, multiprocessing_context="fork",
+                     worker_init_fn=_worker_1_starts_late))
+    ring = ring_of(it)
+    held, previous = next(it), next(it)
+    for b, batch in enumerate(it, 2):
+        time.sleep(0.005)  # meanwhile worker 0 fills the batches in flight behind this one
+        assert on_ring(batch["data"], ring), b
+        assert_same_batch(batch, want[b])
+        previous = batch
+    del previous, batch
+    assert b == len(want) - 1
+    assert_same_batch(held, want[0])
+    assert int(ring.flags[1].sum()) == 0 and int(ring.flags.sum()) == 1
+
+
 def test_items_of_several_layouts_come_by_the_ring_when_a_batch_has_one(tmp_path):
     """The consumer's layout of a slot is reckoned once per batch size when every item has
     one; with items of several, from each batch's indices."""
