@@ -879,6 +879,9 @@ def run_cases(base, cases, runs, batches, evicted_batches, torch_batches, work, 
                  "numpy": in_child("open", dict(base, **{"with": "numpy"}))})
         if "access" in cases:
             headers = os.path.join(work, "headers.pieces")
+            # Read again first: a host that pages out idle page cache (DAMON, see the host
+            # note) can have dropped some of it during the open case's np.load.
+            warm([base["many"]])
             before = resident([base["many"]])
             got = in_child("access", dict(base, seed=base["seed"] + r, headers_out=headers))
             got["resident_before"] = before
