@@ -599,16 +599,25 @@ def test_one_worker_with_every_batch_in_flight_keeps_them_on_its_ring_beside_a_h
     it = iter(loader(batches, num_workers=2, multiprocessing_context="fork",
                      worker_init_fn=_worker_1_starts_late))
     ring = ring_of(it)
+
+    def slot_of(batch):  # (worker, slot) of the ring that the batch's data rests on
+        return divmod((batch["data"].data_ptr() - ring.memory.data_ptr()) // ring.slot_bytes,
+                      ring.slots)
+
     held, previous = next(it), next(it)
+    slots = {slot_of(held), slot_of(previous)}
     for b, batch in enumerate(it, 2):
         time.sleep(0.005)  # meanwhile worker 0 fills the batches in flight behind this one
         assert on_ring(batch["data"], ring), b
         assert_same_batch(batch, want[b])
+        slots.add(slot_of(batch))
         previous = batch
     del previous, batch
     assert b == len(want) - 1
     assert_same_batch(held, want[0])
-    assert int(ring.flags[1].sum()) == 0 and int(ring.flags.sum()) == 1
+    # Worker 0 had them all, and every slot of its ring lent at once (4 in flight and 3 here).
+    assert ring.slots == 2 * 2 + 3 and slots == {(0, s) for s in range(ring.slots)}
+    assert int(ring.flags.sum()) == 1
 
 
 def test_items_of_several_layouts_come_by_the_ring_when_a_batch_has_one(tmp_path):
