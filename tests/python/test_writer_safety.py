@@ -543,3 +543,31 @@ def test_an_archive_stored_in_a_member_whose_sizes_follow_its_data_is_not_taken_
         mmnpz.load(path)
     assert mmnpz.recover(path)["names"] == ["a.npy", "inner.npz"]
     assert mmnpz.load(path)["inner.npz"] == inner.getvalue()
+
+
+def test_cp437_names_longer_than_65535_bytes_in_utf8_are_found_as_numpy_finds_them(tmp_path):
+    """Names whose cp437 bytes fit the ZIP's 16-bit field but whose UTF-8 form does not (each
+    byte above 0x7f takes two or three): found by the name and by its stem, told apart when
+    they differ only in their last character, as numpy and zipfile find them."""
+    path = tmp_path / "long.npz"
+    arrays = {"z" * 40000 + "a": np.arange(3), "z" * 40000 + "b": np.arange(4.0), "c": np.ones(2)}
+    with mmnpz.NpzWriter(path) as w:
+        for name, a in arrays.items():
+            w.write(name, a)
+    raw = path.read_bytes()
+    assert raw.count(b"z" * 40000) == 4  # two members, each in its local header and entry
+    path.write_bytes(raw.replace(b"z" * 40000, b"\x82" * 40000))  # cp437 0x82 is U+00E9
+    names = ["\u00e9" * 40000 + "a", "\u00e9" * 40000 + "b", "c"]
+    assert [len(n.encode()) for n in names[:2]] == [80001, 80001]
+    with zipfile.ZipFile(path) as z:
+        assert z.namelist() == [n + ".npy" for n in names]
+    npz = mmnpz.load(path)
+    theirs = np.load(path)
+    assert npz.files == theirs.files == names
+    for name, a in zip(names, arrays.values()):
+        np.testing.assert_array_equal(npz[name], a)
+        np.testing.assert_array_equal(theirs[name], a)
+        assert npz[name + ".npy"] is npz[name]
+    for missing in ("\u00e9" * 40000 + "d", "\u00e9" * 40001, "\u00e9" * 39999 + "a"):
+        with pytest.raises(KeyError):
+            npz[missing]
