@@ -406,9 +406,21 @@ struct writer::impl {
     };
     const std::string recover = "`mmnpz recover " + path + "` restores";
     if (old_count == 0 && old_cd.empty()) {
-      throw errors::os(
-          path, "write the directory of " + members(entries.size()) + " (" + recover + " them) to",
-          err);
+      if (entries.empty()) {  // nothing for recover to find
+        throw errors::os(path, "write the directory of an archive with no member committed to",
+                         err);
+      }
+      throw errors::os(path,
+                       "write the directory of " + members(entries.size()) + " (" + recover +
+                           (entries.size() == 1 ? " it" : " them") + ") to",
+                       err);
+    }
+    if (entries.empty()) {
+      throw errors::os(path,
+                       "write the directory of an append with no member committed (the archive "
+                       "is as it was, with " +
+                           members(old_count) + ") to",
+                       err);
     }
     throw errors::os(path,
                      "write the directory of " + members(entries.size()) +

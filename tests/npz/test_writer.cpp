@@ -13,6 +13,7 @@
 #include <chrono>
 #include <complex>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
@@ -1056,6 +1057,73 @@ TEST_SUITE("writers never break readers") {
             std::vector<std::string>{"a.npy", "b.npy", "small.npy", "big.npy"});
       CHECK(holds(mmnpz::reader(path)["big"], big));
     }
+  }
+
+  TEST_CASE("when close() cannot write the directory of no committed member, it sends no one to "
+            "recover") {
+    // What close() says when the file cannot grow past `limit` bytes, from a forked child.
+    const auto close_fails = [](const std::string& path, mmnpz::open_mode mode, rlim_t limit,
+                                const std::vector<double>* member) {
+      int fds[2];
+      REQUIRE(::pipe(fds) == 0);
+      const int rc = in_child([&] {
+        ::signal(SIGXFSZ, SIG_IGN);  // write(2) then fails with EFBIG
+        const rlimit lim{limit, limit};
+        if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
+        mmnpz::writer w(path, {mode});
+        if (member) w.write("m", member->data(), {member->size()});
+        try {
+          w.close();
+          return 11;
+        } catch (const mmnpz::error& e) {
+          const std::string what = e.what();
+          if (::write(fds[1], what.data(), what.size()) != static_cast<ssize_t>(what.size())) {
+            return 13;
+          }
+          return e.code() == mmnpz::errc::io && e.sys_errno() == EFBIG ? 0 : 12;
+        }
+      });
+      ::close(fds[1]);
+      std::string said(4096, '\0');
+      said.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(fds[0], &said[0], 4096))));
+      ::close(fds[0]);
+      CHECK(rc == 0);
+      return said;
+    };
+    const std::string path = test::scratch("efbig_empty.npz");
+    std::remove(path.c_str());
+    CHECK(close_fails(path, mmnpz::open_mode::create, 10, nullptr) ==
+          "cannot write the directory of an archive with no member committed to '" + path +
+              "': File too large");
+    CHECK(file_size(path) == 0);
+
+    // One member committed: recover restores "it".
+    std::remove(path.c_str());
+    const auto one = ramp(1000, 3);
+    std::uint64_t cd_at = 0;
+    {
+      const std::string dry = test::scratch("efbig_empty_dry.npz");
+      std::remove(dry.c_str());
+      mmnpz::writer w(dry, {mmnpz::open_mode::create});
+      w.write("m", one.data(), {one.size()});
+      w.close();
+      const auto v = mmnpz::reader(dry)["m"];
+      cd_at = v.file_offset() + v.nbytes();
+    }
+    CHECK(close_fails(path, mmnpz::open_mode::create, cd_at, &one) ==
+          "cannot write the directory of 1 member (`mmnpz recover " + path +
+              "` restores it) to '" + path + "': File too large");
+    CHECK(mmnpz::recover(path).names == std::vector<std::string>{"m.npy"});
+    CHECK(holds(mmnpz::reader(path)["m"], one));
+
+    // An append of nothing: the archive is left byte for byte as it was.
+    write_ramps(path, mmnpz::open_mode::truncate, 0);
+    const std::string before = test::read_file(path);
+    CHECK(close_fails(path, mmnpz::open_mode::append, before.size(), nullptr) ==
+          "cannot write the directory of an append with no member committed (the archive is as "
+          "it was, with 2 members) to '" +
+              path + "': File too large");
+    CHECK(test::read_file(path) == before);
   }
 
   TEST_CASE("a large array is written and checksummed when no second thread can be started") {

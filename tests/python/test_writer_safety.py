@@ -367,6 +367,32 @@ def test_a_failed_append_close_keeps_the_old_archive_and_recover_restores_the_re
     assert r.verify() == {}
 
 
+def test_a_new_archive_that_cannot_hold_even_its_directory_says_no_member_was_committed(
+        tmp_path):
+    """A writer whose file cannot grow (here past 10 bytes; disk full alike) commits nothing,
+    and close() says so instead of sending the user to recover."""
+    path = tmp_path / "full.npz"
+    child = _child("""
+        import resource, signal, sys, numpy as np, mmnpz
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10))
+        w = mmnpz.NpzWriter(sys.argv[1], "x")
+        try:
+            w.write("a", np.arange(100))
+        except OSError as e:
+            print("write failed", e.errno)
+        try:
+            w.close()
+        except OSError as e:
+            print("close failed", e)
+    """, path)
+    out, err = child.communicate(timeout=60)
+    assert out.splitlines() == [
+        "write failed 27", "close failed [Errno 27] cannot write the directory of an archive "
+        f"with no member committed to '{path}': File too large"], err
+    assert path.stat().st_size == 0
+
+
 def test_names_flagged_utf8_that_are_not_utf8_read_as_cp437(tmp_path):
     """A writer that sets the UTF-8 flag on a name that is not UTF-8: mmnpz reads the name as
     cp437 (as without the flag), so names, keys and `ls --json` stay valid text."""
