@@ -609,6 +609,38 @@ int in_child(F child) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// What close() says (its error's what()) when a writer of `path` in `mode`, in a forked child
+// whose files cannot grow past `limit` bytes, has had `fill` called on it; empty when close()
+// succeeds (a failed check: close() must fail, with EFBIG).
+template <class Fill>
+std::string close_fails(const std::string& path, mmnpz::open_mode mode, rlim_t limit, Fill fill) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const int rc = in_child([&] {
+    ::signal(SIGXFSZ, SIG_IGN);  // write(2) then fails with EFBIG
+    const rlimit lim{limit, limit};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
+    mmnpz::writer w(path, {mode});
+    fill(w);
+    try {
+      w.close();
+      return 11;
+    } catch (const mmnpz::error& e) {
+      const std::string what = e.what();
+      if (::write(fds[1], what.data(), what.size()) != static_cast<ssize_t>(what.size())) {
+        return 13;
+      }
+      return e.code() == mmnpz::errc::io && e.sys_errno() == EFBIG ? 0 : 12;
+    }
+  });
+  ::close(fds[1]);
+  std::string said(4096, '\0');
+  said.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(fds[0], &said[0], 4096))));
+  ::close(fds[0]);
+  CHECK(rc == 0);
+  return said;
+}
+
 }  // namespace
 
 TEST_SUITE("writers never break readers") {
@@ -1010,31 +1042,10 @@ TEST_SUITE("writers never break readers") {
         const auto v = mmnpz::reader(dry)["big"];
         cd_at = v.file_offset() + v.nbytes();
       }
-      int fds[2];
-      REQUIRE(::pipe(fds) == 0);
-      const int rc = in_child([&] {
-        ::signal(SIGXFSZ, SIG_IGN);
-        const rlimit lim{cd_at, cd_at};
-        if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
-        mmnpz::writer w(path, {mode});
+      const std::string said = close_fails(path, mode, cd_at, [&](mmnpz::writer& w) {
         w.write("small", small.data(), {small.size()});
         w.write("big", big.data(), {big.size()});
-        try {
-          w.close();
-          return 11;
-        } catch (const mmnpz::error& e) {
-          const std::string what = e.what();
-          if (::write(fds[1], what.data(), what.size()) != static_cast<ssize_t>(what.size())) {
-            return 13;
-          }
-          return e.code() == mmnpz::errc::io && e.sys_errno() == EFBIG ? 0 : 12;
-        }
       });
-      ::close(fds[1]);
-      std::string said(4096, '\0');
-      said.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(fds[0], &said[0], 4096))));
-      ::close(fds[0]);
-      CHECK(rc == 0);
       if (mode == mmnpz::open_mode::truncate) {
         CHECK(said == "cannot write the new archive (the old one is kept unchanged) over '" + path +
                           "': File too large");
@@ -1061,38 +1072,9 @@ TEST_SUITE("writers never break readers") {
 
   TEST_CASE("when close() cannot write the directory of no committed member, it sends no one to "
             "recover") {
-    // What close() says when the file cannot grow past `limit` bytes, from a forked child.
-    const auto close_fails = [](const std::string& path, mmnpz::open_mode mode, rlim_t limit,
-                                const std::vector<double>* member) {
-      int fds[2];
-      REQUIRE(::pipe(fds) == 0);
-      const int rc = in_child([&] {
-        ::signal(SIGXFSZ, SIG_IGN);  // write(2) then fails with EFBIG
-        const rlimit lim{limit, limit};
-        if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 10;
-        mmnpz::writer w(path, {mode});
-        if (member) w.write("m", member->data(), {member->size()});
-        try {
-          w.close();
-          return 11;
-        } catch (const mmnpz::error& e) {
-          const std::string what = e.what();
-          if (::write(fds[1], what.data(), what.size()) != static_cast<ssize_t>(what.size())) {
-            return 13;
-          }
-          return e.code() == mmnpz::errc::io && e.sys_errno() == EFBIG ? 0 : 12;
-        }
-      });
-      ::close(fds[1]);
-      std::string said(4096, '\0');
-      said.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(fds[0], &said[0], 4096))));
-      ::close(fds[0]);
-      CHECK(rc == 0);
-      return said;
-    };
     const std::string path = test::scratch("efbig_empty.npz");
     std::remove(path.c_str());
-    CHECK(close_fails(path, mmnpz::open_mode::create, 10, nullptr) ==
+    CHECK(close_fails(path, mmnpz::open_mode::create, 10, [](mmnpz::writer&) {}) ==
           "cannot write the directory of an archive with no member committed to '" + path +
               "': File too large");
     CHECK(file_size(path) == 0);
@@ -1110,7 +1092,8 @@ TEST_SUITE("writers never break readers") {
       const auto v = mmnpz::reader(dry)["m"];
       cd_at = v.file_offset() + v.nbytes();
     }
-    CHECK(close_fails(path, mmnpz::open_mode::create, cd_at, &one) ==
+    CHECK(close_fails(path, mmnpz::open_mode::create, cd_at,
+                      [&](mmnpz::writer& w) { w.write("m", one.data(), {one.size()}); }) ==
           "cannot write the directory of 1 member (`mmnpz recover " + path +
               "` restores it) to '" + path + "': File too large");
     CHECK(mmnpz::recover(path).names == std::vector<std::string>{"m.npy"});
@@ -1119,7 +1102,7 @@ TEST_SUITE("writers never break readers") {
     // An append of nothing: the archive is left byte for byte as it was.
     write_ramps(path, mmnpz::open_mode::truncate, 0);
     const std::string before = test::read_file(path);
-    CHECK(close_fails(path, mmnpz::open_mode::append, before.size(), nullptr) ==
+    CHECK(close_fails(path, mmnpz::open_mode::append, before.size(), [](mmnpz::writer&) {}) ==
           "cannot write the directory of an append with no member committed (the archive is as "
           "it was, with 2 members) to '" +
               path + "': File too large");
