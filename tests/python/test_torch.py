@@ -642,13 +642,39 @@ def test_batches_kept_beyond_the_ring_arrive_in_new_shared_memory(shards):
     batches = many_batches(shards)
     it = iter(loader(batches, num_workers=2, multiprocessing_context="fork"))
     ring = ring_of(it)
+    # The worker of each batch that came through the queue, not on the ring (white box). The
+    # workers claim batches as they go, so how many each makes is the scheduler's: under load
+    # one made 29 of the 32 and the other 3, leaving 4 of its 7 slots unused.
+    by_queue, get = [], it._iterator._get
+
+    def recording_get(w, timeout, got):
+        if not get(w, timeout, got):
+            return False
+        by_queue.append(w)
+        return True
+
+    it._iterator._get = recording_get
     got = list(it)  # every batch kept: the workers run out of slots
     assert len(got) == 32
     for g, w in zip(got, epoch_batches(batches, 0)):
         assert_same_batch(g, w)
     outside = [g for g in got if not on_ring(g["data"], ring)]
-    assert 0 < len(outside) <= 32 - ring.flags.numel()
+    assert 0 < len(outside) == len(by_queue)
     assert all(g["data"].is_shared() for g in outside)
+    assert len(got) - len(outside) == int(ring.flags.sum())  # none was given back
+    # What each worker made, in order (a worker's claims only grow): batches on its ring (its
+    # row of the ring's memory), then, once every slot of its ring was lent, by the queue.
+    span, queued, made = ring.slots * ring.slot_bytes, iter(by_queue), {}
+    for g in got:
+        if on_ring(g["data"], ring):
+            made.setdefault((g["data"].data_ptr() - ring.memory.data_ptr()) // span,
+                            []).append("ring")
+        else:
+            made.setdefault(next(queued), []).append("queue")
+    for w, kinds in made.items():
+        on = kinds.count("ring")
+        assert kinds == ["ring"] * on + ["queue"] * (len(kinds) - on), (w, kinds)
+        assert on == ring.slots or on == len(kinds), (w, kinds)
 
 
 def test_pinned_copies_are_made_from_the_ring_and_release_it(shards, monkeypatch):
