@@ -961,12 +961,16 @@ class NpzWriter:
             raise ValueError("the writer is closed")
         return writer
 
-    @staticmethod
-    def _descr(name, array):
+    def _descr(self, name, array):
+        """The .npy descr of ``array``'s dtype. An object dtype is refused by the core writer,
+        in the words of its other refusals (the file, the member), before it writes a byte or
+        starts the member: no byte of an object array is ever taken."""
         _core.member_name(name)
+        descr = repr(np.lib.format.dtype_to_descr(array.dtype))
         if array.dtype.hasobject:
-            raise ValueError(f"{name!r}: object arrays cannot be written (they need pickle)")
-        return repr(np.lib.format.dtype_to_descr(array.dtype))
+            self._open_writer().begin(name, descr, array.shape, False)  # raises ValueError
+            raise AssertionError(f"member {name!r}: the core writer took an object array")
+        return descr
 
     def write(self, name, array):
         """Writes ``array`` (anything ``numpy.asarray`` takes) as member ``name + '.npy'``;
@@ -1084,7 +1088,12 @@ def _save(file, named, compresslevel, comment):
         # to where the file object stands).
         with tempfile.TemporaryDirectory(prefix="mmnpz-") as tmp:
             path = os.path.join(tmp, "archive.npz")
-            _save(path, named, compresslevel, comment)
+            try:
+                _save(path, named, compresslevel, comment)
+            except ValueError as e:  # a refusal names the file the user gave, not ours
+                if type(e) is not ValueError or not str(e).startswith(path + ": "):
+                    raise
+                raise ValueError(_file_object_name(file) + str(e)[len(path):]) from None
             with open(path, "rb") as f:
                 shutil.copyfileobj(f, file, 1 << 20)
         return

@@ -116,13 +116,13 @@ class ShardWriter:
                                  f"closed")
             return self._writer.spec
 
-    @staticmethod
-    def _array(name, array):
+    def _array(self, name, array):
         """(bytes, descr, shape, fortran_order) of what write() writes."""
-        ShardWriter._check_name(name)
+        self._check_name(name)
         array = np.asarray(array)  # subclasses as their plain data, as numpy.savez writes
-        if array.dtype.hasobject:
-            raise ValueError(f"{name!r}: object arrays cannot be written (they need pickle)")
+        if array.dtype.hasobject:  # refused before any byte of it is taken, as the core would
+            raise ValueError(f"{self.path}: member {name + '.npy'!r}: object arrays cannot be "
+                             f"written (they need pickle)")
         descr = repr(np.lib.format.dtype_to_descr(array.dtype))
         if array.flags.f_contiguous and not array.flags.c_contiguous:
             return _raw_bytes(array.T), descr, array.shape, True

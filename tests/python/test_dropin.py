@@ -738,6 +738,25 @@ def test_savez_writes_to_a_file_object(arrays):
     assert_same_array(np.load(io.BytesIO(buf2.getvalue()))["a"], arrays["a"])
 
 
+def test_savez_to_a_file_object_names_that_file_in_its_refusals_and_writes_nothing(tmp_path):
+    # Written to a temporary file first: a refusal named that file, which the user never saw.
+    for save in (mmnpz.savez, mmnpz.savez_compressed):
+        buf = io.BytesIO()
+        with pytest.raises(ValueError, match=r"^<BytesIO>: member 'b\.npy': object arrays "
+                                             r"cannot be written \(they need pickle\)$"):
+            save(buf, a=np.arange(3), b=np.array([None], dtype=object))
+        with pytest.raises(ValueError, match=r"^<BytesIO>: member '\.\./x': a member name "
+                                             r"must not contain '\.\.' components$"):
+            save(buf, **{"../x": np.arange(3)})
+        assert buf.getvalue() == b""
+        path = tmp_path / "f.npz"
+        with open(path, "wb") as named:
+            with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: a member name "
+                                                 f"must not be empty$"):
+                save(named, **{"": np.arange(3)})
+        assert path.read_bytes() == b""
+
+
 def test_bytes_values_become_raw_members_of_exactly_their_name(tmp_path):
     path = tmp_path / "m.npz"
     mmnpz.savez(path, x=np.arange(3), **{"meta.json": b'{"k": 1}'})

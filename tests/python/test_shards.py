@@ -198,8 +198,9 @@ def test_a_group_with_a_member_that_would_be_refused_writes_none_of_it(tmp_path)
                 ([("y", a), ("x.json", b"{}")], "member 'x.json': a shard already has a member "
                                                  "of that name"),
                 ([("y", a), ("y", a[:2])], "member 'y.npy': the group names it twice"),
-                ([("y", a), ("y.meta", np.array([None]))], "'y.meta': object arrays cannot be "
-                                                           "written"),
+                ([("y", a), ("y.meta", np.array([None]))], "g.npz: member 'y.meta.npy': "
+                                                           "object arrays cannot be written "
+                                                           "(they need pickle)"),
                 ([("y", a), ("", b"{}")], "g.npz: a member name must not be empty"),
                 ([("y", a), ("../y.json", b"{}")], "member '../y.json': a member name must not "
                                                     "contain '..' components")):

@@ -127,15 +127,18 @@ def test_a_large_strided_view_is_written_correctly_without_a_full_copy(scratch_p
 
 def test_object_arrays_are_refused_before_a_byte_is_written(tmp_path):
     path = tmp_path / "o.npz"
+    # The core writer's words, as for its other refusals: the file and the member.
+    said = f"^{re.escape(str(path))}: member 'o.npy': object arrays cannot be written " \
+           r"\(they need pickle\)$"
     with mmnpz.NpzWriter(path) as writer:
         writer.write("a", np.arange(3))
         size = path.stat().st_size
         for refused in (np.array([1, None], dtype=object), [1, "a", None],
                         np.zeros(2, dtype=[("x", "<i4"), ("o", "O")])):
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match=said):
                 writer.write("o", refused)
             assert path.stat().st_size == size
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=said):
             writer.begin("o", object, (2,))
         assert path.stat().st_size == size
         for shape, kind in (((2.5,), "float"), (("3",), "str")):  # int() truncated or parsed
@@ -155,6 +158,22 @@ def test_object_arrays_are_refused_before_a_byte_is_written(tmp_path):
     with np.load(path) as npz:
         assert npz.files == ["a", "n", "b"]
         assert np.array_equal(npz["n"], np.arange(3, dtype="<i2"))
+
+
+def test_a_deflating_writer_refuses_object_arrays_in_the_same_words(tmp_path):
+    path = tmp_path / "z.npz"
+    with mmnpz.NpzWriter(path, compresslevel=6) as writer:
+        writer.write("a", np.arange(3))
+        size = path.stat().st_size
+        with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: member 'o.npy': "
+                                             r"object arrays cannot be written \(they need "
+                                             r"pickle\)$"):
+            writer.write("o", np.array([None], dtype=object))
+        assert path.stat().st_size == size
+        writer.write("b", np.ones(2))  # the writer goes on: the refusal started no member
+    with np.load(path) as npz:
+        assert npz.files == ["a", "b"]
+    assert zipfile.ZipFile(path).testzip() is None
 
 
 def test_a_header_longer_than_readers_accept_is_refused_before_a_byte_is_written(tmp_path):
